@@ -1,0 +1,53 @@
+# specctl: `make demo` runs the embedded default, `make test` the whole suite. Both set up everything.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha256sum | cut -c1-16)
+HUB := $(CURDIR)/.cache/hub
+SGLANG_VENV := $(CURDIR)/.venv-sglang
+
+.PHONY: all demo test test-fast typecheck bench sglang-env system-deps clean
+
+all: test
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --disable-pip-version-check -U pip
+	$(BIN)/python -m pip install -q --disable-pip-version-check -e '.[test]'
+	rm -f $(VENV)/.installed-*
+	touch $@
+
+$(HUB)/.built: $(STAMP) examples/models.json examples/hub.py
+	$(BIN)/python examples/hub.py $(HUB) >/dev/null
+	touch $@
+
+# Until the reference engine lands, the demo checks and renders the shipped example profiles.
+demo: $(HUB)/.built
+	@for p in profiles/*.yaml; do \
+	  echo; echo "\$$ specctl check $$p"; \
+	  HF_HUB_CACHE=$(HUB) HF_HUB_OFFLINE=1 $(BIN)/specctl check $$p; \
+	done; \
+	echo; echo "\$$ specctl render profiles/kimi-k2.5-tp8.yaml"; \
+	HF_HUB_CACHE=$(HUB) HF_HUB_OFFLINE=1 $(BIN)/specctl render profiles/kimi-k2.5-tp8.yaml
+
+# The CPU-only sglang environment for the conformance tier (cached; a no-op when unchanged).
+sglang-env:
+	bash scripts/sglang-cpu/setup.sh $(SGLANG_VENV)
+
+typecheck: $(STAMP)
+	$(BIN)/python -m mypy
+
+test: $(STAMP) $(HUB)/.built sglang-env
+	$(BIN)/python -m mypy
+	SPECCTL_SGLANG_PYTHON=$(SGLANG_VENV)/bin/python $(BIN)/python -m pytest -q -p no:cacheprovider
+
+# Unit tests only: no sglang environment needed.
+test-fast: $(STAMP) $(HUB)/.built
+	$(BIN)/python -m pytest -q -p no:cacheprovider -m "not conformance"
+
+bench: $(STAMP) $(HUB)/.built
+	$(BIN)/python benchmarks/startup.py
+	$(BIN)/python benchmarks/sparse_checkpoint.py
+
+clean:
+	rm -rf $(VENV) .cache .pytest_cache .mypy_cache

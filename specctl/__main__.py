@@ -1,0 +1,7 @@
+"""`python -m specctl`."""
+
+import sys
+
+from specctl.cli.app import main
+
+sys.exit(main())

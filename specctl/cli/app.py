@@ -1,0 +1,62 @@
+"""The specctl application: wires the command groups and maps errors to exit codes (DESIGN section 11)."""
+
+from __future__ import annotations
+
+import sys
+from typing import Annotated
+
+import typer
+
+from specctl.cli import manifest, profiles
+from specctl.cli._output import Output
+
+app = typer.Typer(
+    name="specctl",
+    help="Deploy, verify and roll back EAGLE-3 speculative decoding on SGLang, from versioned profiles.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    rich_markup_mode=None,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+
+
+@app.callback()
+def _root(
+    ctx: typer.Context,
+    json_mode: Annotated[bool, typer.Option("--json", help="Machine-readable JSON on stdout, for every command.")] = False,
+) -> None:
+    if not isinstance(ctx.obj, Output):
+        ctx.obj = Output()
+    ctx.obj.json_mode = ctx.obj.json_mode or json_mode
+
+
+profiles.register(app)
+app.add_typer(manifest.app, name="manifest")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Console-script entry point: run the app, print any specctl error in one place, exit with its code."""
+    from specctl.cli._errors import report
+
+    output = Output(json_mode="--json" in (argv if argv is not None else sys.argv[1:]))
+    try:
+        app(args=argv, standalone_mode=False, obj=output)
+    except typer.Exit as exc:
+        return int(exc.exit_code)
+    except SystemExit as exc:
+        return int(exc.code or 0)
+    except typer.Abort:
+        output.err.print("aborted")
+        return 130
+    except Exception as exc:  # noqa: BLE001 - the one place errors become exit codes
+        import click
+
+        if isinstance(exc, click.ClickException):
+            exc.show(file=output.stderr)
+            return exc.exit_code
+        return report(exc, output)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,118 @@
+"""What the core asks of a serving engine; one implementation per engine lives in engines/<name>/.
+
+No engine name, version test or flag spelling appears outside engines/: the plan and the checks
+talk to an Engine through this interface (see ADDING.md for the steps to add one).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from specctl.engines.flags import FlagCatalog
+
+
+class CaptureOutcome(Protocol):
+    """What an engine will really capture for a list of drafter ids (positions in the engine frame)."""
+
+    ids: tuple[int, ...] | None
+    requested: tuple[int, ...]
+    captured: tuple[int, ...]
+    dropped: tuple[tuple[int, str], ...]
+    error: str | None
+
+
+@dataclass(frozen=True)
+class Convention:
+    """How one engine version maps drafter-config ids to capture positions for one architecture.
+
+    Position p is the residual stream entering decoder layer p: p = canonical layer + 1, and 0 is
+    the embedding output (DESIGN section 4).
+    """
+
+    engine: str
+    version: str
+    architecture: str
+    source: str  # where the rule came from: the engine's file and method, or "probe"
+    supported: bool
+    capture: Any  # Callable[[Sequence[int] | None, int], CaptureOutcome]
+    ids_for: Any  # Callable[[Sequence[int], int], list[int] | None]
+    default_note: str = ""
+
+
+@dataclass(frozen=True)
+class LaunchSpec:
+    """Everything an engine needs to build the argv of one node; engine-neutral names."""
+
+    python: str
+    model: str
+    revision: str | None
+    host: str
+    port: int
+    tp: int
+    nnodes: int = 1
+    node_rank: int = 0
+    dist_init_addr: str | None = None
+    drafter: str | None = None  # None: launch without speculation (a baseline)
+    drafter_revision: str | None = None
+    algorithm: str | None = None
+    num_steps: int | None = None
+    eagle_topk: int | None = None
+    num_draft_tokens: int | None = None
+    extra_args: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class SpecRewrite:
+    """A speculative parameter the engine would silently change, or refuse."""
+
+    field: str
+    given: object
+    effective: object
+    reason: str
+    rejected: bool
+
+
+class Engine(Protocol):
+    """The per-engine knowledge specctl needs: conventions, flags, argv, drafter-config ids."""
+
+    name: str
+
+    def versions(self) -> tuple[str, ...]:
+        """Engine versions with a capture convention table."""
+        ...
+
+    def convention(self, version: str, architecture: str) -> Convention:
+        """The capture convention; raises EngineError for an unknown version or architecture."""
+        ...
+
+    def versions_expressing(self, architecture: str, positions: Sequence[int], num_layers: int) -> list[str]:
+        """Versions under which some drafter ids capture exactly `positions` (for an error's fix)."""
+        ...
+
+    def flag_catalog(self, version: str) -> FlagCatalog:
+        """The engine's launch-flag catalog for that version; raises EngineError when none is shipped."""
+        ...
+
+    def reserved_flags(self) -> Mapping[str, str]:
+        """Flags specctl renders itself, mapped to the profile field that sets them."""
+        ...
+
+    def argv(self, spec: LaunchSpec) -> list[str]:
+        """The exact launch argv of one node."""
+        ...
+
+    def drafter_ids(self, config: Mapping[str, Any]) -> list[int] | None:
+        """The capture ids this engine reads from a drafter config.json (None: its default)."""
+        ...
+
+    def with_drafter_ids(self, config: Mapping[str, Any], ids: Sequence[int]) -> dict[str, Any]:
+        """A copy of a drafter config.json that makes this engine read `ids`."""
+        ...
+
+    def speculative_rewrites(
+        self, architecture: str, algorithm: str, num_steps: int | None, eagle_topk: int | None, num_draft_tokens: int | None,
+    ) -> list[SpecRewrite]:
+        """Parameters the engine would rewrite (e.g. topk 1 forces draft tokens) or reject."""
+        ...

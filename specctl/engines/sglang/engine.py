@@ -1,0 +1,153 @@
+"""The SGLang engine behind specctl's Engine interface."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping, Sequence
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+from specctl.engines.base import Convention, LaunchSpec, SpecRewrite
+from specctl.engines.flags import FlagCatalog
+from specctl.engines.sglang import capture as table
+from specctl.errors import EngineError
+
+DATA = Path(__file__).parent / "data"
+IDS_KEY = "eagle_aux_hidden_state_layer_ids"
+
+# Flags specctl renders from profile fields; a profile must not set them through engine.args.
+_RESERVED = {
+    "model-path": "target.model",
+    "revision": "target.revision",
+    "speculative-draft-model-path": "drafter.model",
+    "speculative-draft-model-revision": "drafter.revision",
+    "speculative-algorithm": "speculative.algorithm",
+    "speculative-num-steps": "speculative.num_steps",
+    "speculative-eagle-topk": "speculative.eagle_topk",
+    "speculative-num-draft-tokens": "speculative.num_draft_tokens",
+    "tp-size": "parallel.tp",
+    "nnodes": "parallel.nnodes",
+    "node-rank": "parallel.nnodes (ranks are derived)",
+    "dist-init-addr": "parallel.dist_init_port (the address is node 0)",
+    "host": "engine.host",
+    "port": "engine.port",
+}
+
+# `_auto_choose_speculative_params` in sglang 0.5.23 srt/arg_groups/speculative_hook.py, keyed on the target architecture
+_AUTO_PARAMS = {"LlamaForCausalLM": (5, 4, 8), "Grok1ForCausalLM": (5, 4, 8), "Grok1VForCausalLM": (5, 4, 8)}
+_AUTO_DEFAULT = (3, 1, 4)
+
+
+class SGLangEngine:
+    """SGLang as specctl sees it: `python -m sglang.launch_server` and its EAGLE-3 capture rules."""
+
+    name = "sglang"
+
+    def versions(self) -> tuple[str, ...]:
+        return table.load_table().releases
+
+    def convention(self, version: str, architecture: str) -> Convention:
+        data = table.load_table()
+        if not data.covers_version(version):
+            raise EngineError(
+                f"sglang {version} is not in specctl's convention table (it covers {data.releases[0]} to {data.releases[-1]})",
+                engine=self.name, version=version,
+                fix="use a covered version, probe the host's engine with --engine-python, or pass --assume-convention VERSION",
+            )
+        rule = data.rule_for(version, architecture)
+        if rule is None:
+            raise EngineError(
+                f"specctl has no capture rule for architecture {architecture!r} in sglang {version}",
+                engine=self.name, version=version,
+                fix="probe the host's engine with --engine-python, or pass --assume-convention with an architecture it covers",
+            )
+        return Convention(
+            engine=self.name, version=version, architecture=architecture,
+            source=rule.source, supported=rule.supported,
+            capture=partial(table.capture, rule), ids_for=partial(table.ids_for, rule),
+        )
+
+    def versions_expressing(self, architecture: str, positions: Sequence[int], num_layers: int) -> list[str]:
+        data = table.load_table()
+        found = []
+        for version in data.releases:
+            rule = data.rule_for(version, architecture)
+            if rule is not None and rule.supported and table.ids_for(rule, positions, num_layers) is not None:
+                found.append(version)
+        return found
+
+    def flag_catalog(self, version: str) -> FlagCatalog:
+        path = DATA / "flags" / f"{version}.json"
+        if not path.exists():
+            shipped = sorted(p.stem for p in (DATA / "flags").glob("*.json"))
+            raise EngineError(f"no sglang {version} flag catalog is shipped (have: {', '.join(shipped) or 'none'})",
+                              engine=self.name, version=version,
+                              fix="generate one with scripts/gen_sglang_flags.py from a real sglang install of that version")
+        return FlagCatalog.from_json(path)
+
+    def reserved_flags(self) -> Mapping[str, str]:
+        return _RESERVED
+
+    def argv(self, spec: LaunchSpec) -> list[str]:
+        argv = [spec.python, "-m", "sglang.launch_server", "--model-path", spec.model]
+        if spec.revision:
+            argv += ["--revision", spec.revision]
+        if spec.drafter is not None:
+            argv += ["--speculative-algorithm", spec.algorithm or "EAGLE3", "--speculative-draft-model-path", spec.drafter]
+            if spec.drafter_revision:
+                argv += ["--speculative-draft-model-revision", spec.drafter_revision]
+            for flag, value in (("--speculative-num-steps", spec.num_steps), ("--speculative-eagle-topk", spec.eagle_topk),
+                                ("--speculative-num-draft-tokens", spec.num_draft_tokens)):
+                if value is not None:
+                    argv += [flag, str(value)]
+        argv += ["--tp-size", str(spec.tp)]
+        if spec.nnodes > 1:
+            argv += ["--nnodes", str(spec.nnodes), "--node-rank", str(spec.node_rank), "--dist-init-addr", spec.dist_init_addr or ""]
+        argv += ["--host", spec.host, "--port", str(spec.port)]
+        return argv
+
+    def drafter_ids(self, config: Mapping[str, Any]) -> list[int] | None:
+        # sglang reads only the nested key (spec_aux_hidden_state.py `_resolve_eagle_aux_hidden_state`);
+        # any failure there falls back to the model default, so a malformed value means "default" too.
+        nested = config.get("eagle_config")
+        if isinstance(nested, Mapping):
+            ids = nested.get(IDS_KEY)
+            if isinstance(ids, list) and all(isinstance(i, int) and not isinstance(i, bool) for i in ids):
+                return list(ids)
+        return None
+
+    def with_drafter_ids(self, config: Mapping[str, Any], ids: Sequence[int]) -> dict[str, Any]:
+        rewritten = copy.deepcopy(dict(config))
+        nested = dict(rewritten.get("eagle_config") or {})
+        nested[IDS_KEY] = list(ids)
+        rewritten["eagle_config"] = nested
+        if IDS_KEY in rewritten:  # other readers use the top-level key; keep them in agreement
+            rewritten[IDS_KEY] = list(ids)
+        return rewritten
+
+    def speculative_rewrites(
+        self, architecture: str, algorithm: str, num_steps: int | None, eagle_topk: int | None, num_draft_tokens: int | None,
+    ) -> list[SpecRewrite]:
+        rewrites = []
+        given = (num_steps, eagle_topk, num_draft_tokens)
+        if algorithm == "NEXTN":
+            rewrites.append(SpecRewrite("speculative.algorithm", "NEXTN", "EAGLE", "sglang resolves NEXTN as an alias of EAGLE", False))
+        if all(v is None for v in given):
+            steps, topk, tokens = _AUTO_PARAMS.get(architecture, _AUTO_DEFAULT)
+            rewrites.append(SpecRewrite("speculative", None, {"num_steps": steps, "eagle_topk": topk, "num_draft_tokens": tokens},
+                                        f"sglang chooses these for {architecture} when all three are unset", False))
+            return rewrites
+        if any(v is None for v in given):
+            missing = [n for n, v in zip(("num_steps", "eagle_topk", "num_draft_tokens"), given, strict=True) if v is None]
+            rewrites.append(SpecRewrite("speculative", dict(zip(("num_steps", "eagle_topk", "num_draft_tokens"), given, strict=True)),
+                                        None, f"sglang fails at start-up unless all three or none are set (missing: {', '.join(missing)})", True))
+            return rewrites
+        assert num_steps is not None and num_draft_tokens is not None
+        if eagle_topk == 1 and num_draft_tokens != num_steps + 1:
+            rewrites.append(SpecRewrite("speculative.num_draft_tokens", num_draft_tokens, num_steps + 1,
+                                        "with eagle_topk 1 sglang forces num_draft_tokens = num_steps + 1", False))
+        return rewrites
+
+
+SGLANG = SGLangEngine()

@@ -1,0 +1,107 @@
+"""The specctl error tree: every failure a user can cause or meet, with its exit code and fix.
+
+    SpecctlError                      base; carries exit_code (DESIGN section 11) and a one-line fix
+    ├── InputError (2)                bad input the user can correct
+    │   ├── DocumentError             a YAML file is malformed or fails its schema (file, line, column, field)
+    │   ├── CheckpointError           checkpoint metadata cannot be read (source, revision)
+    │   ├── EngineError               unknown engine, engine version or architecture
+    │   └── ManifestImportError       a drafter's capture convention is ambiguous or missing
+    ├── CheckFailed (1)               static checks found errors (raised by flows, not by checks)
+    └── HostError (3)                 a host or connection failure (hosts, transport; later issues)
+
+Subclasses carry structured fields, never preformatted or coloured text; `cli/_errors.py`
+turns them into what, where and how to fix.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = [
+    "CheckFailed",
+    "CheckpointError",
+    "DocumentError",
+    "DocumentProblem",
+    "EngineError",
+    "HostError",
+    "InputError",
+    "ManifestImportError",
+    "SpecctlError",
+]
+
+
+class SpecctlError(Exception):
+    """Base of every error specctl reports to a user; `exit_code` follows DESIGN section 11."""
+
+    exit_code = 2
+
+    def __init__(self, message: str, *, fix: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.fix = fix
+
+
+class InputError(SpecctlError):
+    """Raised for input the user can correct: exit code 2."""
+
+
+@dataclass(frozen=True)
+class DocumentProblem:
+    """One problem in a YAML document, located as precisely as the parser allows."""
+
+    file: str
+    line: int | None
+    column: int | None
+    field: str
+    message: str
+    fix: str
+    source_line: str | None = None
+
+
+class DocumentError(InputError):
+    """Raised when a profile, manifest or inventory file is malformed or fails its schema."""
+
+    def __init__(self, problems: list[DocumentProblem]) -> None:
+        first = problems[0]
+        super().__init__(f"{len(problems)} problem(s) in {first.file}", fix=first.fix)
+        self.problems = problems
+
+
+class CheckpointError(InputError):
+    """Raised when a checkpoint's metadata (config.json, safetensors headers) cannot be read."""
+
+    def __init__(self, message: str, *, source: str, revision: str | None = None, fix: str | None = None) -> None:
+        super().__init__(message, fix=fix)
+        self.source = source
+        self.revision = revision
+
+
+class EngineError(InputError):
+    """Raised for an engine, engine version or target architecture specctl has no knowledge of."""
+
+    def __init__(self, message: str, *, engine: str, version: str | None = None, fix: str | None = None) -> None:
+        super().__init__(message, fix=fix)
+        self.engine = engine
+        self.version = version
+
+
+class ManifestImportError(InputError):
+    """Raised when `manifest import` would have to guess a convention or lacks a fact."""
+
+
+class CheckFailed(SpecctlError):
+    """Raised when static checks found at least one error: exit code 1."""
+
+    exit_code = 1
+
+
+class HostError(SpecctlError):
+    """Raised for an unreachable host or a failed remote command: exit code 3."""
+
+    exit_code = 3
+
+    def __init__(self, message: str, *, host: str, fix: str | None = None) -> None:
+        super().__init__(message, fix=fix)
+        self.host = host
+
+

@@ -1,0 +1,1 @@
+"""Flows compose the stages (profile -> plan -> release -> verdict -> ledger) for one command."""

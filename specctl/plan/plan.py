@@ -1,0 +1,101 @@
+"""The Plan: everything needed to start the server, per node, computed without touching a host."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from specctl.constants import OVERLAY_DIR, RELEASE_DIR_VAR
+from specctl.engines import LaunchSpec
+from specctl.plan.capture import layers_of
+from specctl.plan.inputs import Inputs
+from specctl.plan.resolve import CaptureResolution
+
+OVERLAY_PATH = f"${{{RELEASE_DIR_VAR}}}/{OVERLAY_DIR}"  # expanded by the launch script, nothing else is
+
+
+@dataclass(frozen=True)
+class NodePlan:
+    """One node's launch: argv and environment (secrets by name only, never by value)."""
+
+    rank: int
+    host: str | None
+    argv: tuple[str, ...]
+    env: dict[str, str]
+
+
+@dataclass(frozen=True)
+class OverlayPlan:
+    """A drafter directory to materialise on the host: links to the drafter's files plus a rewritten config.json."""
+
+    directory: str
+    source: str
+    revision: str | None
+    links: tuple[str, ...]
+    config: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What `render` prints and a deploy materialises; plain data that dumps to JSON."""
+
+    profile: str
+    version: int
+    sha256: str
+    engine: str
+    engine_version: str
+    baseline: bool
+    nodes: tuple[NodePlan, ...]
+    overlay: OverlayPlan | None
+    secrets: tuple[str, ...]
+    capture: dict[str, Any] | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def build_plan(inputs: Inputs, resolution: CaptureResolution | None, *, baseline: bool = False) -> Plan:
+    """The launch plan of every node; `baseline` serves the same target without speculation."""
+    p = inputs.profile
+    overlay = None if baseline else _overlay(inputs, resolution)
+    drafter: str | None = None
+    drafter_revision = None
+    if p.drafter is not None and not baseline:
+        drafter, drafter_revision = (OVERLAY_PATH, None) if overlay else (p.drafter.model, p.drafter.revision)
+    node0 = p.hosts[0] if p.hosts else None
+    nodes = []
+    for rank in range(p.parallel.nnodes):
+        spec = LaunchSpec(
+            python=p.engine.python, model=p.target.model, revision=p.target.revision, host=p.engine.host, port=p.engine.port,
+            tp=p.parallel.tp, nnodes=p.parallel.nnodes, node_rank=rank,
+            dist_init_addr=f"{node0}:{p.parallel.dist_init_port}" if p.parallel.nnodes > 1 and node0 else None,
+            drafter=drafter, drafter_revision=drafter_revision, algorithm=p.speculative.algorithm,
+            num_steps=p.speculative.num_steps, eagle_topk=p.speculative.eagle_topk, num_draft_tokens=p.speculative.num_draft_tokens,
+        )
+        argv = inputs.engine.argv(spec)
+        if p.engine.args:
+            argv += inputs.engine.flag_catalog(p.engine.version).render(p.engine.args)
+        host = p.hosts[rank] if rank < len(p.hosts) else None
+        nodes.append(NodePlan(rank, host, tuple(argv), dict(p.engine.env)))
+    return Plan(p.metadata.name, p.metadata.version, inputs.profile_sha256, p.engine.name, p.engine.version, baseline,
+                tuple(nodes), overlay, tuple(p.secrets), None if baseline else _capture_summary(resolution))
+
+
+def _overlay(inputs: Inputs, r: CaptureResolution | None) -> OverlayPlan | None:
+    p, d = inputs.profile, inputs.drafter
+    if r is None or not r.overlay or p.drafter is None or d is None or r.served_ids is None:
+        return None
+    config = inputs.engine.with_drafter_ids(d.config, r.served_ids)
+    links = tuple(f for f in d.files if f != "config.json")
+    return OverlayPlan(OVERLAY_PATH, p.drafter.model, p.drafter.revision, links, config)
+
+
+def _capture_summary(r: CaptureResolution | None) -> dict[str, Any] | None:
+    if r is None:
+        return None
+    captured = list(r.served_outcome.captured)
+    return {
+        "ids": list(r.served_ids) if r.served_ids is not None else None, "origin": r.origin,
+        "positions": captured, "layers": layers_of(captured),
+        "needed_layers": layers_of(list(r.needed)) if r.needed is not None else None, "matches": r.matches,
+    }

@@ -1,0 +1,39 @@
+"""Profiles, drafter manifests and inventories: the file formats, validated strictly."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from specctl.errors import DocumentError, DocumentProblem
+from specctl.profile._yaml import load_yaml
+from specctl.profile.document import Loaded, content_sha256, load_document
+from specctl.profile.inventory import Inventory
+from specctl.profile.manifest import DrafterManifest
+from specctl.profile.profile import Profile
+
+__all__ = ["DrafterManifest", "Inventory", "Loaded", "Profile", "content_sha256", "load_document", "load_manifest",
+           "load_profile", "validate_file"]
+
+KINDS = {"Profile": Profile, "DrafterManifest": DrafterManifest, "Inventory": Inventory}
+
+
+def load_profile(path: Path | str) -> Loaded[Profile]:
+    """Load and validate a Profile file (with its `extends:` chain)."""
+    return load_document(path, Profile, "Profile")
+
+
+def load_manifest(path: Path | str) -> Loaded[DrafterManifest]:
+    """Load and validate a DrafterManifest file."""
+    return load_document(path, DrafterManifest, "DrafterManifest")
+
+
+def validate_file(path: Path | str) -> tuple[str, str]:
+    """Validate a file of whichever kind it declares; returns (kind, sha256 of the resolved content)."""
+    doc = load_yaml(Path(path))
+    kind = doc.data.get("kind") if isinstance(doc.data, dict) else None
+    if kind not in KINDS:
+        pos = doc.position(("kind",))
+        raise DocumentError([DocumentProblem(str(path), pos.line if pos else None, pos.column if pos else None, "kind",
+                                             f"unknown kind {kind!r}", f"set `kind:` to one of {', '.join(KINDS)}")])
+    loaded = load_document(path, KINDS[kind], kind)
+    return kind, loaded.sha256

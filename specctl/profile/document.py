@@ -1,0 +1,235 @@
+"""Loading a specctl YAML document: apiVersion/kind, `extends:` overlays, schema errors with positions.
+
+This is the one place where YAML becomes a validated model; every problem it reports names the
+file, line, column and field, and says how to fix it.
+"""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import json
+import types
+import typing
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Generic, TypeVar
+
+from pydantic import BaseModel, ValidationError
+
+from specctl.errors import DocumentError, DocumentProblem
+from specctl.profile._yaml import Path_, Position, YamlDocument, load_yaml
+
+API_VERSION = "specctl/v1"
+M = TypeVar("M", bound=BaseModel)
+
+
+@dataclass(frozen=True)
+class Loaded(Generic[M]):
+    """A validated document: the model, where it came from, and the sha256 of its resolved content."""
+
+    model: M
+    path: Path
+    sha256: str
+    chain: tuple[Path, ...]  # the file and every file it extends, nearest first
+    positions: dict[Path_, Position]
+
+    def file_of(self, *field: str | int) -> Path:
+        """The file that wrote `field` (relative paths in a profile are relative to that file)."""
+        position = self.positions.get(tuple(field))
+        return Path(position.file) if position else self.path
+
+
+def content_sha256(model: BaseModel) -> str:
+    """Stable digest of a model's resolved content: canonical JSON, sorted keys, no whitespace."""
+    canonical = json.dumps(model.model_dump(mode="json"), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def load_document(path: Path | str, model: type[M], kind: str) -> Loaded[M]:
+    """Load, resolve `extends:` and validate one document of `kind` against `model`."""
+    path = Path(path)
+    data, positions, lines, chain = _resolve(path, kind, ())
+    try:
+        validated = model.model_validate(data)
+    except ValidationError as exc:
+        raise DocumentError(_problems(exc, model, positions, lines, str(path))) from None
+    return Loaded(validated, path, content_sha256(validated), chain, positions)
+
+
+def _resolve(
+    path: Path, kind: str, seen: tuple[Path, ...]
+) -> tuple[dict[str, Any], dict[Path_, Position], dict[str, tuple[str, ...]], tuple[Path, ...]]:
+    """Read `path` and merge it over the documents it extends, keeping every value's position."""
+    real = path.resolve()
+    if real in seen:
+        cycle = " -> ".join(str(p) for p in (*seen, real))
+        raise DocumentError([DocumentProblem(str(path), None, None, "extends", f"extends cycle: {cycle}", "remove one of the extends links")])
+    doc = load_yaml(path)
+    data = _header(doc, kind)
+    lines = {doc.file: doc.lines}
+    extends = data.pop("extends", None)
+    if extends is None:
+        return data, doc.positions, lines, (path,)
+    if not isinstance(extends, str):
+        raise DocumentError([_at(doc, ("extends",), "extends must be a path to another profile", "write `extends: base.yaml` (relative to this file)")])
+    base_path = (path.parent / extends)
+    if not base_path.exists():
+        raise DocumentError([_at(doc, ("extends",), f"extends target {extends!r} not found (looked at {base_path})", "fix the path; it is relative to this file")])
+    base, base_positions, base_lines, chain = _resolve(base_path, kind, (*seen, real))
+    merged = _merge(base, data)
+    positions = {p: pos for p, pos in base_positions.items() if not _replaced(p, data)}
+    positions.update(doc.positions)
+    return merged, positions, {**base_lines, **lines}, (path, *chain)
+
+
+def _header(doc: YamlDocument, kind: str) -> dict[str, Any]:
+    data = doc.data
+    if not isinstance(data, dict):
+        raise DocumentError([_at(doc, (), f"a {kind} must be a YAML mapping", f"start the file with `apiVersion: {API_VERSION}` and `kind: {kind}`")])
+    api = data.get("apiVersion")
+    if api != API_VERSION:
+        raise DocumentError([_at(doc, ("apiVersion",), f"apiVersion is {api!r}, expected {API_VERSION!r}", f"set `apiVersion: {API_VERSION}`")])
+    if data.get("kind") != kind:
+        raise DocumentError([_at(doc, ("kind",), f"kind is {data.get('kind')!r}, expected {kind!r}", f"set `kind: {kind}` or pass this file to the command for its kind")])
+    return dict(data)
+
+
+def _at(doc: YamlDocument, path: Path_, message: str, fix: str) -> DocumentProblem:
+    pos = doc.position(path)
+    line = pos.line if pos else None
+    return DocumentProblem(doc.file, line, pos.column if pos else None, ".".join(map(str, path)), message, fix,
+                           doc.lines[line - 1] if line and line <= len(doc.lines) else None)
+
+
+def _merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
+    """Deep-merge mappings; any other value (lists included) in `override` replaces the base's."""
+    merged = dict(base)
+    for key, value in override.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = _merge(merged[key], value)
+        else:
+            merged[key] = value
+    return merged
+
+
+def _replaced(path: Path_, override: dict[str, Any]) -> bool:
+    """Whether the override document replaces the value at `path` (so the base's position is stale)."""
+    node: Any = override
+    for part in path:
+        if not isinstance(node, dict) or part not in node:
+            return False
+        node = node[part]
+        if not isinstance(node, dict):
+            return True
+    return False
+
+
+def _problems(
+    exc: ValidationError, model: type[BaseModel], positions: dict[Path_, Position],
+    lines: dict[str, tuple[str, ...]], file: str,
+) -> list[DocumentProblem]:
+    problems = []
+    for error in exc.errors(include_url=False):
+        loc = tuple(error["loc"])
+        at = (error.get("ctx") or {}).get("at")
+        if at:  # model-level validators name the field they are about
+            loc = (*loc, *str(at).split("."))
+        pos = _nearest(positions, loc)
+        where = pos.file if pos else file
+        source = None
+        if pos and pos.file in lines and 0 < pos.line <= len(lines[pos.file]):
+            source = lines[pos.file][pos.line - 1]
+        message, fix = _explain(error, model, loc)
+        problems.append(DocumentProblem(where, pos.line if pos else None, pos.column if pos else None,
+                                        ".".join(map(str, loc)), message, fix, source))
+    return problems
+
+
+def _nearest(positions: dict[Path_, Position], loc: Path_) -> Position | None:
+    while True:
+        if loc in positions:
+            return positions[loc]
+        if not loc:
+            return None
+        loc = loc[:-1]
+
+
+def _explain(error: Any, model: type[BaseModel], loc: Path_) -> tuple[str, str]:
+    """One message and one fix per pydantic error type; custom errors carry their own fix in ctx."""
+    kind = error["type"]
+    ctx = error.get("ctx") or {}
+    if kind == "extra_forbidden":
+        key = str(loc[-1])
+        allowed = _fields_at(model, loc[:-1])
+        close = difflib.get_close_matches(key, allowed, n=1, cutoff=0.6)
+        hint = f"did you mean {close[0]!r}?" if close else f"remove it; allowed keys here: {', '.join(sorted(allowed))}"
+        return f"unknown key {key!r}", hint
+    if kind == "missing":
+        field = _field_info(model, loc)
+        what = f" ({field.description})" if field is not None and field.description else ""
+        return "required field is missing" + what, f"add `{loc[-1]}:` here"
+    if "fix" in ctx:
+        return str(error["msg"]), str(ctx["fix"])
+    value = error.get("input")
+    shown = repr(value) if not isinstance(value, dict) else "a mapping"
+    if kind in {"int_type", "int_parsing", "int_from_float"}:
+        return f"expected a whole number, got {shown}", "write an integer without quotes, e.g. `8`"
+    if kind in {"float_type", "float_parsing"}:
+        return f"expected a number, got {shown}", "write a number without quotes, e.g. `0.85`"
+    if kind in {"string_type"}:
+        return f"expected text, got {shown}", f"quote the value, e.g. `{loc[-1]}: \"{value}\"`"
+    if kind in {"bool_type", "bool_parsing"}:
+        return f"expected true or false, got {shown}", "write `true` or `false`"
+    if kind in {"literal_error", "enum"}:
+        return f"{shown} is not allowed: {error['msg']}", f"use one of {ctx.get('expected', 'the allowed values')}"
+    if kind in {"list_type"}:
+        return f"expected a list, got {shown}", "write a YAML list, e.g. `[1, 2]`"
+    if kind in {"dict_type", "model_type", "model_attributes_type"}:
+        return f"expected a mapping, got {shown}", "write nested `key: value` lines under this key"
+    if kind.startswith(("greater_than", "less_than")):
+        return f"{shown}: {error['msg']}", "use a value within the stated bound"
+    if kind == "string_pattern_mismatch":
+        return f"{shown} does not match the required form {ctx.get('pattern')!r}", "use lowercase letters, digits, '.', '_' and '-'"
+    return str(error["msg"]), "correct the value as the message says"
+
+
+def _model_at(model: Any, loc: Path_) -> Any:
+    """The pydantic model class that owns the keys at `loc` (None if `loc` leaves the models)."""
+    current: Any = model
+    for part in loc:
+        current = _unwrap(current)
+        if isinstance(current, type) and issubclass(current, BaseModel):
+            if not isinstance(part, str) or part not in current.model_fields:
+                return None
+            current = current.model_fields[part].annotation
+        elif typing.get_origin(current) in (list, tuple, dict):
+            args = typing.get_args(current)
+            current = args[-1] if args else None
+        else:
+            return None
+    return _unwrap(current)
+
+
+def _unwrap(annotation: Any) -> Any:
+    """Optional[X] -> X, so lookups see through nullable fields."""
+    origin = typing.get_origin(annotation)
+    if origin in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(annotation) if a is not type(None)]
+        models = [a for a in args if isinstance(a, type) and issubclass(a, BaseModel)]
+        return models[0] if models else (args[0] if len(args) == 1 else annotation)
+    return annotation
+
+
+def _fields_at(model: type[BaseModel], loc: Path_) -> list[str]:
+    owner = _model_at(model, loc)
+    if isinstance(owner, type) and issubclass(owner, BaseModel):
+        return [f.alias or name for name, f in owner.model_fields.items()]
+    return []
+
+
+def _field_info(model: type[BaseModel], loc: Path_) -> Any:
+    owner = _model_at(model, loc[:-1])
+    if isinstance(owner, type) and issubclass(owner, BaseModel) and isinstance(loc[-1], str):
+        return owner.model_fields.get(loc[-1])
+    return None

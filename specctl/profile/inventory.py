@@ -1,0 +1,44 @@
+"""The Inventory (`hosts.yaml`, DESIGN section 3.3): hosts by name and groups of them."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import ConfigDict, Field, model_validator
+from pydantic_core import PydanticCustomError
+
+from specctl.profile.profile import NAME_RE, StrictModel
+
+
+class SshTarget(StrictModel):
+    hostname: str
+    user: str | None = None
+    port: Annotated[int | None, Field(ge=1, le=65535)] = None
+    identity_file: str | None = None
+    proxy_jump: str | None = None
+
+
+class Host(StrictModel):
+    ssh: Annotated[str | SshTarget | None, Field(description="an alias from ~/.ssh/config, or connection details")] = None
+    root: Annotated[str, Field(description="remote state directory")] = "~/.specctl"
+    python: str | None = None
+    gpu: str | None = None
+    gpus: Annotated[int | None, Field(ge=1)] = None
+
+
+class Inventory(StrictModel):
+    api_version: Literal["specctl/v1"] = Field("specctl/v1", alias="apiVersion")
+    kind: Literal["Inventory"] = "Inventory"
+    hosts: dict[Annotated[str, Field(pattern=NAME_RE)], Host]
+    groups: dict[str, list[str]] = {}
+
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True, populate_by_name=True)
+
+    @model_validator(mode="after")
+    def _groups_name_hosts(self) -> Inventory:
+        for group, members in self.groups.items():
+            unknown = [m for m in members if m not in self.hosts]
+            if unknown:
+                raise PydanticCustomError("unknown_host", "group {group!r} names unknown hosts {unknown}",
+                                          {"group": group, "unknown": unknown, "at": f"groups.{group}", "fix": "define them under hosts, or fix the names"})
+        return self

@@ -1,0 +1,163 @@
+"""The Profile: what to serve (DESIGN section 3.1). Pure, frozen data; the first stage of the flow."""
+
+from __future__ import annotations
+
+import difflib
+import re
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic_core import PydanticCustomError
+
+from specctl.gpus import GPUS
+
+REVISION_RE = re.compile(r"^[0-9a-f]{40}$")
+ENV_NAME_RE = r"^[A-Za-z_][A-Za-z0-9_]*$"
+NAME_RE = r"^[a-z0-9][a-z0-9._-]*$"
+
+ArgValue = bool | int | float | str | list[bool | int | float | str]
+
+
+class StrictModel(BaseModel):
+    """Base of every file-format model: unknown keys are errors, values are not coerced, frozen."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+
+def is_local_path(model: str) -> bool:
+    """An absolute path names a directory on the host; anything else is a Hugging Face repo id."""
+    return model.startswith("/")
+
+
+def check_revision(model: str, revision: str | None, allow_unpinned: bool) -> None:
+    """Repo ids need a 40-hex commit unless explicitly allowed to float (a moving 'main' is not reproducible)."""
+    if revision is not None and not REVISION_RE.match(revision) and not allow_unpinned:
+        raise PydanticCustomError(
+            "revision_format", "revision {revision!r} is not a 40-hex commit id",
+            {"revision": revision, "at": "revision", "fix": "pin the full commit sha (`hf api` or the model page's history), or set `allow_unpinned: true`"},
+        )
+    if revision is None and not is_local_path(model) and not allow_unpinned:
+        raise PydanticCustomError(
+            "revision_missing", "{model!r} is a Hugging Face repo id without a pinned revision",
+            {"model": model, "at": "revision", "fix": "add `revision: <40-hex commit>` or set `allow_unpinned: true` (not reproducible)"},
+        )
+
+
+class Metadata(StrictModel):
+    name: Annotated[str, Field(pattern=NAME_RE, description="profile name, used in release paths")]
+    version: Annotated[int, Field(ge=1, description="bumped on every change")]
+    description: str = ""
+
+
+class Target(StrictModel):
+    model: Annotated[str, Field(description="HF repo id or absolute path on the host")]
+    revision: Annotated[str | None, Field(description="40-hex commit of the repo")] = None
+    allow_unpinned: bool = False
+
+    @model_validator(mode="after")
+    def _pinned(self) -> Target:
+        check_revision(self.model, self.revision, self.allow_unpinned)
+        return self
+
+
+class Drafter(Target):
+    manifest: Annotated[str, Field(description="path to the drafter's DrafterManifest, relative to the profile")]
+    layer_ids: Annotated[
+        list[int] | None,
+        Field(description="ids to serve in the drafter config (engine frame); normally left out so specctl derives them"),
+    ] = None
+
+
+class Speculative(StrictModel):
+    algorithm: Literal["EAGLE3", "EAGLE", "NEXTN", "STANDALONE"] = "EAGLE3"
+    num_steps: Annotated[int | None, Field(ge=1)] = None
+    eagle_topk: Annotated[int | None, Field(ge=1)] = None
+    num_draft_tokens: Annotated[int | None, Field(ge=1)] = None
+
+
+class Parallel(StrictModel):
+    tp: Annotated[int, Field(ge=1)] = 1
+    nnodes: Annotated[int, Field(ge=1)] = 1
+    dist_init_port: Annotated[int, Field(ge=1, le=65535, description="rendezvous port on node 0")] = 50000
+
+
+class Hardware(StrictModel):
+    gpu: Annotated[str, Field(description="a key of the built-in GPU catalog")]
+    gpus_per_node: Annotated[int, Field(ge=1)]
+
+    @field_validator("gpu")
+    @classmethod
+    def _known_gpu(cls, gpu: str) -> str:
+        if gpu not in GPUS:
+            close = difflib.get_close_matches(gpu, GPUS, n=1, cutoff=0.5)
+            fix = f"did you mean {close[0]!r}?" if close else f"use one of: {', '.join(GPUS)}"
+            raise PydanticCustomError("unknown_gpu", "unknown GPU type {gpu!r}", {"gpu": gpu, "fix": fix})
+        return gpu
+
+
+class Engine(StrictModel):
+    name: Annotated[str, Field(description="engine name from specctl's engine registry")]
+    version: Annotated[str, Field(description="exact engine version, e.g. \"0.5.23\" (quoted)")]
+    python: Annotated[str, Field(description="interpreter on the host that has the engine installed")] = "python3"
+    host: str = "0.0.0.0"
+    port: Annotated[int, Field(ge=1, le=65535)] = 30000
+    args: Annotated[dict[str, ArgValue], Field(description="extra engine flags, checked against its flag catalog")] = {}
+    env: dict[str, str] = {}
+
+    @field_validator("name")
+    @classmethod
+    def _known_engine(cls, name: str) -> str:
+        from specctl.engines import engine_names
+
+        if name not in engine_names():
+            raise PydanticCustomError("unknown_engine", "unknown engine {name!r}",
+                                      {"name": name, "fix": f"use one of: {', '.join(engine_names())}"})
+        return name
+
+    @field_validator("env")
+    @classmethod
+    def _env_names(cls, env: dict[str, str]) -> dict[str, str]:
+        for name in env:
+            if not re.match(ENV_NAME_RE, name):
+                raise PydanticCustomError("env_name", "{name!r} is not a valid environment variable name",
+                                          {"name": name, "fix": "use letters, digits and '_', not starting with a digit"})
+        return env
+
+
+class Verify(StrictModel):
+    workload: Annotated[str, Field(description="a built-in prompt set name or a file path")] = "chat-small"
+    requests: Annotated[int, Field(ge=1)] = 32
+    max_new_tokens: Annotated[int, Field(ge=1)] = 128
+    temperature: Annotated[float, Field(ge=0)] = 0.0
+    min_accept_length: Annotated[float | None, Field(ge=1)] = None
+    min_speedup: Annotated[float | None, Field(gt=0)] = None
+    max_ttft_s: Annotated[float | None, Field(gt=0)] = None
+
+
+class Profile(StrictModel):
+    """A versioned statement of what to serve: target, drafter and its manifest, parallelism, GPU, engine."""
+
+    api_version: Literal["specctl/v1"] = Field("specctl/v1", alias="apiVersion")
+    kind: Literal["Profile"] = "Profile"
+    metadata: Metadata
+    target: Target
+    drafter: Drafter | None = None
+    speculative: Speculative = Speculative()
+    parallel: Parallel = Parallel()
+    hardware: Hardware
+    engine: Engine
+    secrets: list[Annotated[str, Field(pattern=ENV_NAME_RE)]] = []
+    verify: Verify = Verify()
+    hosts: list[str] = []
+
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True, populate_by_name=True)
+
+    @model_validator(mode="after")
+    def _secrets_not_in_env(self) -> Profile:
+        leaked = sorted(set(self.secrets) & set(self.engine.env))
+        if leaked:
+            raise PydanticCustomError(
+                "secret_in_env", "secret {names} also has a value in engine.env, which would be written to disk",
+                {"names": ", ".join(leaked), "at": "engine.env", "fix": "remove it from engine.env; secrets are passed from your environment at run time"},
+            )
+        return self

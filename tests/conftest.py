@@ -1,0 +1,79 @@
+"""Shared fixtures: a pinned environment, real checkpoint directories, and the CLI run in-process."""
+
+from __future__ import annotations
+
+import io
+import json
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # for examples.hub, the checkpoint builder shared with `make demo`
+
+from examples.hub import build_models  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def _pinned_env(monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Output and state never depend on the developer's terminal or home directory."""
+    home = tmp_path_factory.mktemp("home")
+    monkeypatch.setenv("NO_COLOR", "1")
+    monkeypatch.setenv("COLUMNS", "200")
+    for var in ("XDG_DATA_HOME", "XDG_CACHE_HOME", "XDG_CONFIG_HOME"):
+        monkeypatch.setenv(var, str(home / var.lower()))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.delenv("SPECCTL_DEBUG", raising=False)
+
+
+@pytest.fixture(scope="session")
+def example_hub(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The example models of examples/models.json as a Hugging Face cache (sparse weights)."""
+    cache = tmp_path_factory.mktemp("hub")
+    models = json.loads((ROOT / "examples" / "models.json").read_text())["models"]
+    build_models(cache, models)
+    return cache
+
+
+@pytest.fixture
+def hub_env(example_hub: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("HF_HUB_CACHE", str(example_hub))
+    return example_hub
+
+
+@dataclass
+class CliResult:
+    code: int
+    stdout: str
+    stderr: str
+
+    def json(self) -> Any:
+        return json.loads(self.stdout)
+
+
+def run_cli(*args: str) -> CliResult:
+    """Run `specctl ARGS` in-process with captured output."""
+    from specctl.cli import app as app_module
+    from specctl.cli._output import Output
+
+    out, err = io.StringIO(), io.StringIO()
+    original = app_module.Output
+
+    def make_output(**kwargs: Any) -> Output:
+        return original(stdout=out, stderr=err, **kwargs)
+
+    app_module.Output = make_output  # type: ignore[assignment,misc]
+    try:
+        code = app_module.main(list(args))
+    finally:
+        app_module.Output = original  # type: ignore[misc]
+    return CliResult(code, out.getvalue(), err.getvalue())
+
+
+@pytest.fixture
+def cli() -> Iterator[Any]:
+    yield run_cli
