@@ -57,20 +57,10 @@ class CliResult:
 
 def run_cli(*args: str) -> CliResult:
     """Run `specctl ARGS` in-process with captured output."""
-    from specctl.cli import app as app_module
-    from specctl.cli._output import Output
+    from specctl.cli.app import main
 
     out, err = io.StringIO(), io.StringIO()
-    original = app_module.Output
-
-    def make_output(**kwargs: Any) -> Output:
-        return original(stdout=out, stderr=err, **kwargs)
-
-    app_module.Output = make_output  # type: ignore[assignment,misc]
-    try:
-        code = app_module.main(list(args))
-    finally:
-        app_module.Output = original  # type: ignore[misc]
+    code = main(list(args), stdout=out, stderr=err)
     return CliResult(code, out.getvalue(), err.getvalue())
 
 

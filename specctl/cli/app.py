@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import sys
-from typing import Annotated
+from typing import IO, Annotated
 
 import typer
 
@@ -34,13 +34,16 @@ profiles.register(app)
 app.add_typer(manifest.app, name="manifest")
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, *, stdout: IO[str] | None = None, stderr: IO[str] | None = None) -> int:
     """Console-script entry point: run the app, print any specctl error in one place, exit with its code."""
     from specctl.cli._errors import report
 
-    output = Output(json_mode="--json" in (argv if argv is not None else sys.argv[1:]))
+    args = argv if argv is not None else sys.argv[1:]
+    output = Output(json_mode="--json" in args, stdout=stdout or sys.stdout, stderr=stderr or sys.stderr)
     try:
-        app(args=argv, standalone_mode=False, obj=output)
+        result = app(args=args, standalone_mode=False, obj=output)
+        if isinstance(result, int):  # click returns a typer.Exit's code when not standalone
+            return result
     except typer.Exit as exc:
         return int(exc.exit_code)
     except SystemExit as exc:
@@ -49,11 +52,10 @@ def main(argv: list[str] | None = None) -> int:
         output.err.print("aborted")
         return 130
     except Exception as exc:  # noqa: BLE001 - the one place errors become exit codes
-        import click
-
-        if isinstance(exc, click.ClickException):
-            exc.show(file=output.stderr)
-            return exc.exit_code
+        show, code = getattr(exc, "show", None), getattr(exc, "exit_code", None)
+        if callable(show) and isinstance(code, int):  # a usage error from the argument parser
+            show(file=output.stderr)
+            return code
         return report(exc, output)
     return 0
 

@@ -48,8 +48,8 @@ def validate(
         from specctl.cli._errors import report
         from specctl.cli.views import validation_view
 
-        for exc in errors:
-            report(exc, output)
+        for error in errors:
+            report(error, output)
         output.result(None, validation_view([(str(r["file"]), str(r["kind"] or "-"), None if r["ok"] else f"{len(r['problems'])} problem(s)")  # type: ignore[arg-type]
                                              for r in results]))
     if errors:

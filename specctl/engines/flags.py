@@ -6,7 +6,7 @@ from __future__ import annotations
 import difflib
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -60,6 +60,10 @@ class FlagCatalog:
     engine: str
     version: str
     flags: tuple[Flag, ...]
+    index: dict[str, Flag] = field(default_factory=dict, compare=False, hash=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self.index.update({f.lstrip("-"): flag for flag in self.flags for f in flag.flags})
 
     @classmethod
     def from_json(cls, path: Path) -> FlagCatalog:
@@ -67,13 +71,10 @@ class FlagCatalog:
 
     def lookup(self, key: str) -> Flag | None:
         """Find a flag by `--name`, `name` or `name_with_underscores` (no prefix abbreviations)."""
-        return self._index().get(_normal(key))
-
-    def _index(self) -> dict[str, Flag]:
-        return _index(self)
+        return self.index.get(_normal(key))
 
     def suggest(self, key: str) -> str | None:
-        close = difflib.get_close_matches(_normal(key), list(self._index()), n=1, cutoff=0.75)
+        close = difflib.get_close_matches(_normal(key), list(self.index), n=1, cutoff=0.75)
         return close[0] if close else None
 
     def validate(self, args: Mapping[str, Any], reserved: Mapping[str, str]) -> list[FlagProblem]:
@@ -162,8 +163,3 @@ def _load(path: Path) -> FlagCatalog:
         for a in data["arguments"]
     )
     return FlagCatalog(data["engine"], data["version"], flags)
-
-
-@cache
-def _index(catalog: FlagCatalog) -> dict[str, Flag]:
-    return {f.lstrip("-"): flag for flag in catalog.flags for f in flag.flags}

@@ -20,15 +20,15 @@ def read_repo(repo: str, revision: str | None, *, offline: bool) -> CheckpointMe
     def fetch(name: str) -> Path | None:
         try:
             return Path(hf_hub_download(repo, name, revision=revision, local_files_only=offline))
-        except EntryNotFoundError:
-            return None
-        except LocalEntryNotFoundError:
+        except LocalEntryNotFoundError:  # a subclass of EntryNotFoundError: test it first
             if name == "config.json":
                 raise CheckpointError(
                     f"{where}: config.json is not in the local Hugging Face cache" + (" (offline)" if offline else " and the Hub is unreachable"),
                     source=repo, revision=revision,
                     fix=f"run `hf download {repo} --revision {revision or 'main'} --include '*.json'` where the Hub is reachable",
                 ) from None
+            return None
+        except EntryNotFoundError:
             return None
         except HfHubHTTPError as exc:
             raise CheckpointError(f"{where}: {exc}", source=repo, revision=revision,

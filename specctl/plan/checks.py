@@ -203,7 +203,7 @@ def _manifest(inputs: Inputs, _: CaptureResolution | None) -> Iterator[Finding]:
     if bad:
         yield _f("manifest-layer-range", E, f"manifest layers {bad} do not exist in a {n}-layer target",
                  "use 0-based decoder layer indices below num_hidden_layers, or `embedding`", "capture.layers", layers=bad, num_layers=n)
-    expected = {"model": p.target.model, "revision": p.target.revision}
+    expected: dict[str, object] = {"model": p.target.model, "revision": p.target.revision}
     t = inputs.target
     if t is not None:
         expected |= {"architecture": t.architecture, "num_hidden_layers": t.num_hidden_layers, "hidden_size": t.hidden_size, "vocab_size": t.vocab_size}

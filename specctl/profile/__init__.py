@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from pydantic import BaseModel
+
 from specctl.errors import DocumentError, DocumentProblem
 from specctl.profile._yaml import load_yaml
 from specctl.profile.document import Loaded, content_sha256, load_document
@@ -14,7 +16,7 @@ from specctl.profile.profile import Profile
 __all__ = ["DrafterManifest", "Inventory", "Loaded", "Profile", "content_sha256", "load_document", "load_manifest",
            "load_profile", "validate_file"]
 
-KINDS = {"Profile": Profile, "DrafterManifest": DrafterManifest, "Inventory": Inventory}
+KINDS: dict[str, type[BaseModel]] = {"Profile": Profile, "DrafterManifest": DrafterManifest, "Inventory": Inventory}
 
 
 def load_profile(path: Path | str) -> Loaded[Profile]:
@@ -35,5 +37,5 @@ def validate_file(path: Path | str) -> tuple[str, str]:
         pos = doc.position(("kind",))
         raise DocumentError([DocumentProblem(str(path), pos.line if pos else None, pos.column if pos else None, "kind",
                                              f"unknown kind {kind!r}", f"set `kind:` to one of {', '.join(KINDS)}")])
-    loaded = load_document(path, KINDS[kind], kind)
+    loaded: Loaded[BaseModel] = load_document(path, KINDS[kind], kind)
     return kind, loaded.sha256

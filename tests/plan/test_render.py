@@ -1,0 +1,130 @@
+"""Rendering: exact argv, overlays, multi-node ranks, baselines, and shell quoting that survives anything."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+from typing import Any
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from specctl.engines import get_engine
+from specctl.flows import static
+from specctl.plan.inputs import Inputs
+from specctl.plan.plan import OVERLAY_PATH, build_plan
+from specctl.plan.render import render_json, render_sh
+from specctl.profile import Profile
+from tests.factory import Scenario, merge
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_kimi_overlay_makes_the_engine_capture_the_manifest_layers(hub_env: Path) -> None:
+    report = static.check(ROOT / "profiles" / "kimi-k2.5-tp8.yaml", offline=True)
+    [overlay] = [f for f in report.findings if f.code == "capture-overlay"]
+    assert overlay.values["config_ids"] == [2, 30, 58]
+    assert overlay.values["config_captured_layers"] == [1, 29, 57]
+    assert overlay.values["needed_layers"] == [2, 30, 58]
+    plan = static.plan(report)
+    assert plan.overlay is not None
+    ids = plan.overlay.config["eagle_config"]["eagle_aux_hidden_state_layer_ids"]
+    assert ids == [3, 31, 59]
+    # the overlay's ids, fed back through the same convention, capture the outputs of [2, 30, 58]
+    convention = report.inputs.convention
+    assert convention is not None and list(convention.capture(ids, 61).captured) == [3, 31, 59]
+    argv = plan.nodes[0].argv
+    assert argv[argv.index("--speculative-draft-model-path") + 1] == OVERLAY_PATH
+    assert "--speculative-draft-model-revision" not in argv
+    assert "model-00001-of-00001.safetensors" not in plan.overlay.links and "model.safetensors" in plan.overlay.links
+
+
+def test_same_ids_under_a_llama_target_need_no_overlay(tmp_path: Path) -> None:
+    s = Scenario(tmp_path)
+    s.target_config["num_hidden_layers"] = 61
+    s.drafter_config["eagle_config"]["eagle_aux_hidden_state_layer_ids"] = [2, 30, 58]
+    s.manifest = merge(s.manifest, {"target": {"num_hidden_layers": 61}, "capture": {"layers": [2, 30, 58]}})
+    report = static.check(s.write())
+    assert not [f for f in report.findings if f.severity.value == "error"], report.findings
+    plan = static.plan(report)
+    assert plan.overlay is None and plan.capture is not None and plan.capture["layers"] == [2, 30, 58]
+    argv = plan.nodes[0].argv
+    assert argv[argv.index("--speculative-draft-model-path") + 1] == str(tmp_path / "drafter")
+
+
+def test_exact_argv_of_the_llama_example(hub_env: Path) -> None:
+    plan = static.plan(static.check(ROOT / "profiles" / "llama-3.1-8b-b200.yaml", offline=True))
+    assert plan.nodes[0].argv == (
+        "python3", "-m", "sglang.launch_server", "--model-path", "meta-llama/Llama-3.1-8B-Instruct",
+        "--revision", "d8be57a14bc73139e4febbd443298aac65ea5315", "--speculative-algorithm", "EAGLE3",
+        "--speculative-draft-model-path", "jamesliu1/sglang-EAGLE3-Llama-3.1-Instruct-8B",
+        "--speculative-draft-model-revision", "2f9dba266dec8aa73edb4220f83f5d0534b9fc4b",
+        "--speculative-num-steps", "3", "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "4",
+        "--tp-size", "1", "--host", "0.0.0.0", "--port", "30000",
+        "--mem-fraction-static", "0.8", "--max-running-requests", "64", "--dtype", "bfloat16",
+    )
+
+
+def test_baseline_drops_speculation_and_render_is_deterministic(hub_env: Path) -> None:
+    path = ROOT / "profiles" / "kimi-k2.5-tp8.yaml"
+    report = static.check(path, offline=True)
+    baseline = static.plan(report, baseline=True)
+    assert not any(a.startswith("--speculative") for a in baseline.nodes[0].argv) and baseline.overlay is None
+    assert render_json(static.plan(report)) == render_json(static.plan(static.check(path, offline=True)))
+
+
+def test_multi_node_ranks_share_one_dist_init_address(tmp_path: Path) -> None:
+    s = Scenario(tmp_path)
+    s.profile = merge(s.profile, {"parallel": {"tp": 8, "nnodes": 2}, "hardware": {"gpus_per_node": 4}, "hosts": ["node-a", "node-b"]})
+    plan = static.plan(static.check(s.write()))
+    assert [n.rank for n in plan.nodes] == [0, 1] and [n.host for n in plan.nodes] == ["node-a", "node-b"]
+    for node in plan.nodes:
+        argv = list(node.argv)
+        assert argv[argv.index("--nnodes") + 1] == "2"
+        assert argv[argv.index("--node-rank") + 1] == str(node.rank)
+        assert argv[argv.index("--dist-init-addr") + 1] == "node-a:50000"
+
+
+# --- shell injection: every string a profile can carry reaches argv and env as plain data -----------------
+
+TEXT = st.text(st.characters(blacklist_characters="\x00", blacklist_categories=("Cs",)), min_size=1, max_size=30)
+
+
+def _script_argv(script: str, release: Path) -> tuple[list[str], dict[str, str]]:
+    """Run the script with `exec` replaced by printf: the real shell expands every word exactly as it would."""
+    probe = script.replace("\nexec ", "\nenv -0 > \"$SPECCTL_PROBE_ENV\"\nprintf '%s\\0' ", 1)
+    env_file = release / "env.out"
+    result = subprocess.run(["sh", "-c", probe, str(release / "launch.sh")], capture_output=True, check=True,
+                            env={"PATH": os.environ["PATH"], "SPECCTL_PROBE_ENV": str(env_file), "SPECCTL_RELEASE_DIR": str(release)})
+    argv = result.stdout.decode().split("\0")[:-1]
+    env = dict(item.split("=", 1) for item in env_file.read_bytes().decode().split("\0") if "=" in item)
+    return argv, env
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(model=TEXT, python=TEXT, host=TEXT, env_value=TEXT, arg_value=TEXT, drafter=TEXT, node=TEXT, description=TEXT)
+def test_no_profile_string_can_inject_shell(tmp_path: Path, model: str, python: str, host: str, env_value: str,
+                                           arg_value: str, drafter: str, node: str, description: str) -> None:
+    data: dict[str, Any] = {
+        "apiVersion": "specctl/v1", "kind": "Profile", "metadata": {"name": "x", "version": 1, "description": description},
+        "target": {"model": model, "revision": "a" * 40}, "drafter": {"model": drafter, "revision": "b" * 40, "manifest": "m.yaml"},
+        "parallel": {"tp": 2, "nnodes": 2}, "hardware": {"gpu": "h100", "gpus_per_node": 1},
+        "engine": {"name": "sglang", "version": "0.5.23", "python": python, "host": host, "env": {"SOME_VAR": env_value},
+                   "args": {"served-model-name": arg_value}},
+        "hosts": [node, "other"],
+    }
+    profile = Profile.model_validate(data)
+    plan = build_plan(Inputs(profile, "p.yaml", "0" * 64, get_engine("sglang")), None)
+    for node_plan in plan.nodes:
+        argv, env = _script_argv(render_sh(plan, node_plan), tmp_path)
+        assert argv == list(node_plan.argv)
+        assert env["SOME_VAR"] == env_value
+    assert plan.nodes[0].argv[plan.nodes[0].argv.index("--dist-init-addr") + 1] == f"{node}:50000"
+
+
+def test_the_overlay_path_is_the_only_expansion(tmp_path: Path, hub_env: Path) -> None:
+    plan = static.plan(static.check(ROOT / "profiles" / "kimi-k2.5-tp8.yaml", offline=True))
+    argv, env = _script_argv(render_sh(plan, plan.nodes[0]), tmp_path)
+    assert argv[argv.index("--speculative-draft-model-path") + 1] == f"{tmp_path}/drafter-overlay"
+    assert env["NCCL_P2P_DISABLE"] == "1" and "HF_TOKEN" not in env
