@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from typing import IO, Annotated
 
@@ -38,6 +39,8 @@ def main(argv: list[str] | None = None, *, stdout: IO[str] | None = None, stderr
     """Console-script entry point: run the app, print any specctl error in one place, exit with its code."""
     from specctl.cli._errors import report
 
+    # pydantic scans every installed distribution for plugins at the first model; specctl uses none
+    os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
     args = argv if argv is not None else sys.argv[1:]
     output = Output(json_mode="--json" in args, stdout=stdout or sys.stdout, stderr=stderr or sys.stderr)
     try:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from rich.console import Group, RenderableType
-from rich.table import Table
+from rich.padding import Padding
 from rich.text import Text
 
 from specctl.plan.findings import Finding, Severity
@@ -24,12 +24,14 @@ def findings_view(title: str, findings: Sequence[Finding]) -> RenderableType:
     for f in findings:
         where = f"  [{f.field}]" if f.field else ""
         blocks.append(Text.assemble("  ", (f"{f.severity.value:<7}", _STYLE[f.severity]), " ", (f.code, "bold"), (where, "dim")))
-        blocks.append(Text("          " + f.message))
-        blocks.append(Text.assemble("          ", ("fix: ", "bold"), f.fix))
+        blocks.append(Padding(Text(f.message), (0, 0, 0, 10)))
+        blocks.append(Padding(Text.assemble(("fix: ", "bold"), f.fix), (0, 0, 0, 10)))
     return Group(*blocks)
 
 
 def capture_view(capture: dict[str, object] | None) -> RenderableType:
+    from rich.table import Table
+
     if not capture:
         return Text("")
     table = Table(title="capture", show_header=True, box=None, pad_edge=False)
@@ -44,6 +46,8 @@ def capture_view(capture: dict[str, object] | None) -> RenderableType:
 
 
 def plan_view(plan: Plan) -> RenderableType:
+    from rich.table import Table
+
     table = Table(title=f"{plan.profile} v{plan.version}  {plan.engine} {plan.engine_version}", box=None, pad_edge=False)
     table.add_column("node")
     table.add_column("host")
@@ -54,6 +58,8 @@ def plan_view(plan: Plan) -> RenderableType:
 
 
 def validation_view(results: Sequence[tuple[str, str, str | None]]) -> RenderableType:
+    from rich.table import Table
+
     table = Table(box=None, pad_edge=False, show_header=True)
     table.add_column("file")
     table.add_column("kind")

@@ -9,14 +9,22 @@ from pydantic import BaseModel
 from specctl.errors import DocumentError, DocumentProblem
 from specctl.profile._yaml import load_yaml
 from specctl.profile.document import Loaded, content_sha256, load_document
-from specctl.profile.inventory import Inventory
 from specctl.profile.manifest import DrafterManifest
 from specctl.profile.profile import Profile
 
-__all__ = ["DrafterManifest", "Inventory", "Loaded", "Profile", "content_sha256", "load_document", "load_manifest",
-           "load_profile", "validate_file"]
+__all__ = ["DrafterManifest", "Loaded", "Profile", "content_sha256", "load_document", "load_manifest",
+           "load_profile", "model_for", "validate_file"]
 
-KINDS: dict[str, type[BaseModel]] = {"Profile": Profile, "DrafterManifest": DrafterManifest, "Inventory": Inventory}
+KINDS = ("Profile", "DrafterManifest", "Inventory")
+
+
+def model_for(kind: str) -> type[BaseModel]:
+    """The schema of a document kind (the inventory model loads only when asked for)."""
+    if kind == "Inventory":
+        from specctl.profile.inventory import Inventory
+
+        return Inventory
+    return {"Profile": Profile, "DrafterManifest": DrafterManifest}[kind]
 
 
 def load_profile(path: Path | str) -> Loaded[Profile]:
@@ -37,5 +45,5 @@ def validate_file(path: Path | str) -> tuple[str, str]:
         pos = doc.position(("kind",))
         raise DocumentError([DocumentProblem(str(path), pos.line if pos else None, pos.column if pos else None, "kind",
                                              f"unknown kind {kind!r}", f"set `kind:` to one of {', '.join(KINDS)}")])
-    loaded: Loaded[BaseModel] = load_document(path, KINDS[kind], kind)
+    loaded: Loaded[BaseModel] = load_document(path, model_for(kind), kind)
     return kind, loaded.sha256

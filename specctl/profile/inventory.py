@@ -32,7 +32,7 @@ class Inventory(StrictModel):
     hosts: dict[Annotated[str, Field(pattern=NAME_RE)], Host]
     groups: dict[str, list[str]] = {}
 
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True, populate_by_name=True)
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True, populate_by_name=True, defer_build=True)
 
     @model_validator(mode="after")
     def _groups_name_hosts(self) -> Inventory:

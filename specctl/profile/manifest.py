@@ -70,7 +70,7 @@ class DrafterManifest(StrictModel):
     capture: Capture
     training: Training = Training()
 
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True, populate_by_name=True)
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True, populate_by_name=True, defer_build=True)
 
     @model_validator(mode="after")
     def _width_matches(self) -> DrafterManifest:

@@ -21,7 +21,7 @@ ArgValue = bool | int | float | str | list[bool | int | float | str]
 class StrictModel(BaseModel):
     """Base of every file-format model: unknown keys are errors, values are not coerced, frozen."""
 
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True, defer_build=True)
 
 
 def is_local_path(model: str) -> bool:
@@ -150,7 +150,7 @@ class Profile(StrictModel):
     verify: Verify = Verify()
     hosts: list[str] = []
 
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True, populate_by_name=True)
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True, populate_by_name=True, defer_build=True)
 
     @model_validator(mode="after")
     def _secrets_not_in_env(self) -> Profile:
