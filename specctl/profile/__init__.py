@@ -24,7 +24,8 @@ def model_for(kind: str) -> type[BaseModel]:
         from specctl.profile.inventory import Inventory
 
         return Inventory
-    return {"Profile": Profile, "DrafterManifest": DrafterManifest}[kind]
+    models: dict[str, type[BaseModel]] = {"Profile": Profile, "DrafterManifest": DrafterManifest}
+    return models[kind]
 
 
 def load_profile(path: Path | str) -> Loaded[Profile]:
