@@ -47,6 +47,7 @@ class Scenario:
         self.captures = 3
         self.target_shards = 2
         self.drafter_tensors: list[Any] | None = None
+        self.engine_python: str | None = None  # probe this interpreter's engine in check
         self.manifest: dict[str, Any] = {
             "apiVersion": "specctl/v1", "kind": "DrafterManifest", "metadata": {"name": "tiny-eagle3"},
             "drafter": {"model": str(root / "drafter")},

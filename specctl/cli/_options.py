@@ -17,3 +17,8 @@ AssumeOpt = Annotated[
     typer.Option("--assume-convention", metavar="VERSION[:ARCH]",
                  help="Use the capture convention of this engine version (and architecture) instead of the profile's."),
 ]
+EnginePythonOpt = Annotated[
+    str | None,
+    typer.Option("--engine-python", metavar="PATH",
+                 help="Ask the engine installed for this interpreter (its own capture code and parser) instead of the table."),
+]

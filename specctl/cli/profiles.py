@@ -7,7 +7,7 @@ from typing import Annotated, Literal
 
 import typer
 
-from specctl.cli._options import AssumeOpt, JsonOpt, OfflineOpt, ProfileArg
+from specctl.cli._options import AssumeOpt, EnginePythonOpt, JsonOpt, OfflineOpt, ProfileArg
 from specctl.cli._output import Output
 from specctl.errors import CheckFailed, DocumentError, InputError
 
@@ -57,12 +57,12 @@ def validate(
 
 
 def check(ctx: typer.Context, profile: ProfileArg, json_mode: JsonOpt = False, offline: OfflineOpt = False,
-          assume_convention: AssumeOpt = None) -> None:
+          assume_convention: AssumeOpt = None, engine_python: EnginePythonOpt = None) -> None:
     """Run the static checks of a profile: capture layers, widths, vocab, TP, memory, engine flags."""
     from specctl.flows import static
 
     output = _output(ctx, json_mode)
-    report = static.check(profile, offline=offline, assume_convention=assume_convention)
+    report = static.check(profile, offline=offline, assume_convention=assume_convention, engine_python=engine_python)
     failed = any(f.severity.value == "error" for f in report.findings)
     data = {"profile": str(profile), "ok": not failed, "findings": [f.to_dict() for f in report.findings],
             "sha256": report.inputs.profile_sha256}
@@ -87,13 +87,14 @@ def render(
     json_mode: JsonOpt = False,
     offline: OfflineOpt = False,
     assume_convention: AssumeOpt = None,
+    engine_python: EnginePythonOpt = None,
 ) -> None:
     """Print the exact launch command(s) of a profile, deterministic and shell-quoted."""
     from specctl.flows import static
     from specctl.plan.render import render_json, render_sh
 
     output = _output(ctx, json_mode)
-    report = static.check(profile, offline=offline, assume_convention=assume_convention)
+    report = static.check(profile, offline=offline, assume_convention=assume_convention, engine_python=engine_python)
     errors = [f for f in report.findings if f.severity.value == "error"]
     if errors and not force:
         from specctl.cli.views import findings_view

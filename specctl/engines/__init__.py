@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from functools import cache
 
-from specctl.engines.base import Convention, Engine, LaunchSpec, SpecRewrite
+from specctl.engines.base import Convention, Engine, LaunchSpec, ParseAnswer, ProbeDisagreement, ProbeReport, SpecRewrite
 from specctl.errors import EngineError
 
-__all__ = ["Convention", "Engine", "LaunchSpec", "SpecRewrite", "engine_names", "get_engine"]
+__all__ = ["Convention", "Engine", "LaunchSpec", "ParseAnswer", "ProbeDisagreement", "ProbeReport", "SpecRewrite",
+           "engine_names", "get_engine"]
 
 # name -> "module:attribute"; imported lazily so one engine's data never loads for another
 _REGISTRY = {"sglang": "specctl.engines.sglang:SGLANG"}

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Protocol
 
 from specctl.engines.flags import FlagCatalog
@@ -74,6 +75,39 @@ class SpecRewrite:
     rejected: bool
 
 
+@dataclass(frozen=True)
+class ProbeDisagreement:
+    """An id list for which the host's engine and specctl's table predict different captures."""
+
+    ids: tuple[int, ...] | None
+    table: tuple[int, ...] | None
+    table_error: str | None
+    engine: tuple[int, ...] | None
+    engine_error: str | None
+
+
+@dataclass(frozen=True)
+class ParseAnswer:
+    """Whether the engine's own argument parser accepts one node's launch flags."""
+
+    argv: tuple[str, ...]
+    ok: bool
+    error: str | None
+
+
+@dataclass(frozen=True)
+class ProbeReport:
+    """What the engine installed for an interpreter said about itself (DESIGN section 4, step 1)."""
+
+    python: str
+    version: str | None
+    convention: Convention | None
+    disagreements: tuple[ProbeDisagreement, ...] = ()
+    parse: tuple[ParseAnswer, ...] = ()
+    error: str | None = None
+    seconds: float = 0.0
+
+
 class Engine(Protocol):
     """The per-engine knowledge specctl needs: conventions, flags, argv, drafter-config ids."""
 
@@ -93,6 +127,10 @@ class Engine(Protocol):
 
     def flag_catalog(self, version: str) -> FlagCatalog:
         """The engine's launch-flag catalog for that version; raises EngineError when none is shipped."""
+        ...
+
+    def launch_args(self, version: str, args: Mapping[str, Any]) -> list[str]:
+        """argv fragments for a profile's `engine.args` (through the version's catalog when there is one)."""
         ...
 
     def reserved_flags(self) -> Mapping[str, str]:
@@ -115,4 +153,18 @@ class Engine(Protocol):
         self, architecture: str, algorithm: str, num_steps: int | None, eagle_topk: int | None, num_draft_tokens: int | None,
     ) -> list[SpecRewrite]:
         """Parameters the engine would rewrite (e.g. topk 1 forces draft tokens) or reject."""
+        ...
+
+    def probe_script(self) -> Path:
+        """A self-contained file the engine's interpreter runs: JSON request on stdin, answer on stdout."""
+        ...
+
+    def probe_request(self, architecture: str | None, num_layers: int | None, ids: Sequence[Sequence[int] | None],
+                      needed: Sequence[int] | None, argvs: Sequence[Sequence[str]]) -> dict[str, Any]:
+        """The probe's request: these ids plus every candidate for `needed`, and the nodes' argv to parse."""
+        ...
+
+    def probe_report(self, python: str, architecture: str | None, num_layers: int | None,
+                     answer: Mapping[str, Any]) -> ProbeReport:
+        """Read a probe answer: a convention backed by the engine's own answers, and where the table disagrees."""
         ...

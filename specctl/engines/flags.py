@@ -98,12 +98,19 @@ class FlagCatalog:
         return problems
 
     def render(self, args: Mapping[str, Any]) -> list[str]:
-        """argv fragments for validated args, in the profile's order; switches with false are left out."""
+        """argv fragments in the profile's order; switches with false are left out.
+
+        A flag the catalog does not know is passed through as written, so the engine's own parser
+        (and `check`) can say what is wrong with it.
+        """
         argv: list[str] = []
         for key, value in args.items():
             flag = self.lookup(key)
             if flag is None:
-                raise KeyError(key)
+                argv.append(f"--{_normal(key)}")
+                if value is not True:
+                    argv.extend(_text(v) for v in (value if isinstance(value, list) else [value]))
+                continue
             name = next((f for f in flag.flags if f.lstrip("-") == _normal(key)), flag.primary)
             if flag.is_switch:
                 negative = next((f for f in flag.flags if f.startswith("--no-")), None)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -38,7 +39,7 @@ def gather(profile_path: Path | str, *, offline: bool = False, assume_convention
         drafter, drafter_error = _read(profile.drafter.model, profile.drafter.revision, offline)
     inputs = Inputs(profile, str(profile_path), loaded.sha256, engine, manifest, manifest_path, target, target_error, drafter, drafter_error)
     convention, convention_error = _convention(inputs, assume_convention)
-    return Inputs(**{**inputs.__dict__, "convention": convention, "convention_error": convention_error})
+    return dataclasses.replace(inputs, convention=convention, convention_error=convention_error)
 
 
 def _read(model: str, revision: str | None, offline: bool) -> tuple[CheckpointMeta | None, CheckpointError | None]:
@@ -63,8 +64,14 @@ def _convention(inputs: Inputs, assume: str | None) -> tuple[Convention | None, 
         return None, exc
 
 
-def check(profile_path: Path | str, *, offline: bool = False, assume_convention: str | None = None) -> CheckReport:
+def check(profile_path: Path | str, *, offline: bool = False, assume_convention: str | None = None,
+          engine_python: str | None = None) -> CheckReport:
+    """Static checks; with `engine_python` the installed engine is asked (DESIGN section 4, step 1)."""
     inputs = gather(profile_path, offline=offline, assume_convention=assume_convention)
+    if engine_python:
+        from specctl.flows.probe import with_probe
+
+        inputs = with_probe(inputs, engine_python)
     resolution = resolve_capture(inputs)
     return CheckReport(inputs, resolution, run_checks(inputs, resolution))
 

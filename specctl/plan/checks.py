@@ -54,6 +54,11 @@ CODES: dict[str, str] = {
     "flag-choice": "an engine flag value is not one of its choices",
     "flag-reserved": "an engine flag that specctl renders from a profile field",
     "flag-catalog-missing": "no flag catalog is shipped for this engine version",
+    "probe-failed": "the installed engine could not be probed",
+    "probe-version": "the installed engine's version differs from the profile's",
+    "probe-disagrees": "the installed engine captures differently from specctl's table for that version",
+    "probe-parse": "the installed engine's own argument parser rejects the rendered launch flags",
+    "probe-agrees": "the installed engine confirms the table's capture rule and parses the launch flags",
 }
 
 Check = Callable[[Inputs, CaptureResolution | None], Iterator[Finding]]
@@ -346,3 +351,34 @@ def _flags(inputs: Inputs, _: CaptureResolution | None) -> Iterator[Finding]:
     for problem in catalog.validate(p.engine.args, inputs.engine.reserved_flags()):
         yield _f(f"flag-{problem.kind}", E, problem.message, problem.fix, f"engine.args.{problem.key}", flag=problem.key,
                  value=p.engine.args[problem.key])
+
+
+@check
+def _probe(inputs: Inputs, _: CaptureResolution | None) -> Iterator[Finding]:
+    report, p = inputs.probe, inputs.profile
+    if report is None:
+        return
+    if report.error:
+        yield _f("probe-failed", E, f"probing {report.python}: {report.error}",
+                 "point --engine-python at the interpreter that has the engine installed", "engine.python", python=report.python)
+        return
+    if report.version != p.engine.version:
+        yield _f("probe-version", E, f"{report.python} runs {p.engine.name} {report.version}, the profile says {p.engine.version}",
+                 f"set engine.version: \"{report.version}\" (and re-check) or install {p.engine.version} there", "engine.version",
+                 installed=report.version, profile=p.engine.version)
+    for d in report.disagreements:
+        ids = show_positions(list(d.ids)) if d.ids is not None else "none (default)"
+        table = d.table_error if d.table is None else show_positions(list(d.table))
+        engine = d.engine_error if d.engine is None or d.engine_error else show_positions(list(d.engine))
+        yield _f("probe-disagrees", W, f"for ids {ids} specctl's table for {p.engine.name} {report.version} predicts {table}, "
+                 f"the installed engine gives {engine}; specctl follows the installed engine",
+                 "a patched engine, or a wrong table row: report it with this output", "engine.version",
+                 ids=list(d.ids) if d.ids is not None else None, table=list(d.table) if d.table is not None else None,
+                 table_error=d.table_error, engine=list(d.engine) if d.engine is not None else None, engine_error=d.engine_error)
+    if report.version == p.engine.version and not report.disagreements and all(a.ok for a in report.parse):
+        yield _f("probe-agrees", I, f"{p.engine.name} {report.version} at {report.python} confirms specctl's capture rule "
+                 f"and parses the launch flags ({report.seconds:.1f} s)", "nothing to do", "engine.python", python=report.python)
+    for answer in report.parse:
+        if not answer.ok:
+            yield _f("probe-parse", E, f"{p.engine.name} {report.version}'s own parser rejects the launch flags: {answer.error}",
+                     "fix engine.args (specctl check shows which flag), or the engine version", "engine.args", error=answer.error)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from specctl.engines import Convention, Engine
+from specctl.engines import Convention, Engine, ProbeReport
 from specctl.errors import CheckpointError, EngineError
 from specctl.facts.checkpoint import CheckpointMeta
 from specctl.profile import DrafterManifest, Profile
@@ -30,6 +30,7 @@ class Inputs:
     drafter_error: CheckpointError | None = None
     convention: Convention | None = None
     convention_error: EngineError | None = None
+    probe: ProbeReport | None = None  # the installed engine's own answers, when it was probed
 
     @property
     def architecture(self) -> str | None:

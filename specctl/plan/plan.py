@@ -74,7 +74,7 @@ def build_plan(inputs: Inputs, resolution: CaptureResolution | None, *, baseline
         )
         argv = inputs.engine.argv(spec)
         if p.engine.args:
-            argv += inputs.engine.flag_catalog(p.engine.version).render(p.engine.args)
+            argv += inputs.engine.launch_args(p.engine.version, p.engine.args)
         host = p.hosts[rank] if rank < len(p.hosts) else None
         nodes.append(NodePlan(rank, host, tuple(argv), dict(p.engine.env)))
     return Plan(p.metadata.name, p.metadata.version, inputs.profile_sha256, p.engine.name, p.engine.version, baseline,

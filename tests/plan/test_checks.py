@@ -16,7 +16,7 @@ Edit = Callable[[Scenario], None]
 
 
 def codes(scenario: Scenario) -> dict[str, list[Any]]:
-    report = static.check(scenario.write())
+    report = static.check(scenario.write(), engine_python=scenario.engine_python)
     found: dict[str, list[Any]] = {}
     for f in report.findings:
         found.setdefault(f.code, []).append(f)
@@ -112,11 +112,19 @@ CASES: dict[str, tuple[Edit, Edit]] = {
     "flag-choice": (profile(engine={"args": {"attention-backend": "flashinfr"}}), profile(engine={"args": {"attention-backend": "flashinfer"}})),
     "flag-reserved": (profile(engine={"args": {"tp-size": 2}}), profile(engine={"args": {"enable-metrics": True}})),
     "flag-catalog-missing": (profile(engine={"version": "0.5.14", "args": {"enable-metrics": True}}), profile(engine={"args": {"enable-metrics": True}})),
+    "probe-failed": (lambda s: setattr(s, "engine_python", "/nonexistent/python"), lambda s: None),
 }
+
+# codes that need a real engine to answer the probe: covered (failing and passing) by
+# tests/engines/sglang/test_probe_conformance.py
+CONFORMANCE_CODES = {"probe-version", "probe-disagrees", "probe-parse", "probe-agrees"}
 
 
 def test_every_code_has_cases() -> None:
-    assert set(CASES) == set(CODES)
+    assert set(CASES) | CONFORMANCE_CODES == set(CODES)
+    from tests.engines.sglang.test_probe_conformance import COVERED
+
+    assert COVERED == CONFORMANCE_CODES
 
 
 @pytest.mark.parametrize("code", sorted(CASES))

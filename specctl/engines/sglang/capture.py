@@ -296,6 +296,14 @@ def capture(rule: CaptureRule, ids: Sequence[int] | None, num_layers: int) -> Ca
         if rule.explicit not in EXPLICIT_RULES:
             raise ValueError(f"unknown explicit rule {rule.explicit!r}")
         requested = EXPLICIT_RULES[rule.explicit](given, num_layers, default)
+    return bound(rule, given, requested, num_layers)
+
+
+def bound(rule: CaptureRule, given: tuple[int, ...] | None, requested: Sequence[int], num_layers: int) -> CaptureOutcome:
+    """Apply the forward loop's limits (last capturable position, negatives, position 0) to what a setter requested.
+
+    Shared by the table and by answers from the engine probe, which report only the setter's output.
+    """
     top = evaluate_formula(rule.max_position or "N-1", num_layers)
     captured: set[int] = set()
     dropped: list[tuple[int, str]] = []
@@ -336,19 +344,19 @@ def ids_for(rule: CaptureRule, positions: Sequence[int], num_layers: int) -> lis
     if 0 in target and rule.embedding != "captured":
         return None  # the embedding is only offered where the code was seen to capture it
 
-    def works(ids: Sequence[int]) -> bool:
+    for ids in candidate_ids(target):
         out = capture(rule, ids, num_layers)
-        return out.error is None and not out.dropped and not out.remapped and out.captured == target
-
-    choices = [(p - 1, p) for p in target]
-    combos = list(itertools.product(*choices)) if len(target) <= 12 else [tuple(p - 1 for p in target),
-                                                                          target]
-    for combo in combos:
-        if works(combo):
-            return list(combo)
-    if len(target) <= 6:
-        for combo in combos:
-            for order in itertools.permutations(combo):
-                if works(order):
-                    return list(order)
+        if out.error is None and not out.dropped and not out.remapped and out.captured == target:
+            return list(ids)
     return None
+
+
+def candidate_ids(positions: Sequence[int]) -> list[tuple[int, ...]]:
+    """Id lists worth trying for `positions`, most familiar first (output-of-layer style, raw, mixes, orders)."""
+    target = tuple(sorted(set(positions)))
+    choices = [(p - 1, p) for p in target]
+    combos = list(itertools.product(*choices)) if len(target) <= 12 else [tuple(p - 1 for p in target), target]
+    ordered = list(combos)
+    if len(target) <= 6:
+        ordered += [order for combo in combos for order in itertools.permutations(combo) if order != combo]
+    return list(dict.fromkeys(ordered))  # unique, first occurrence kept

@@ -8,7 +8,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from specctl.engines.base import Convention, LaunchSpec, SpecRewrite
+from specctl.engines.base import Convention, LaunchSpec, ParseAnswer, ProbeDisagreement, ProbeReport, SpecRewrite
 from specctl.engines.flags import FlagCatalog
 from specctl.engines.sglang import capture as table
 from specctl.errors import EngineError
@@ -86,6 +86,13 @@ class SGLangEngine:
                               fix="generate one with scripts/gen_sglang_flags.py from a real sglang install of that version")
         return FlagCatalog.from_json(path)
 
+    def launch_args(self, version: str, args: Mapping[str, Any]) -> list[str]:
+        try:
+            catalog = self.flag_catalog(version)
+        except EngineError:  # no catalog for that version: render without one (check warns)
+            catalog = FlagCatalog(self.name, version, ())
+        return catalog.render(args)
+
     def reserved_flags(self) -> Mapping[str, str]:
         return _RESERVED
 
@@ -148,6 +155,90 @@ class SGLangEngine:
             rewrites.append(SpecRewrite("speculative.num_draft_tokens", num_draft_tokens, num_steps + 1,
                                         "with eagle_topk 1 sglang forces num_draft_tokens = num_steps + 1", False))
         return rewrites
+
+
+    def probe_script(self) -> Path:
+        return Path(__file__).parent / "probe.py"
+
+    def probe_request(self, architecture: str | None, num_layers: int | None, ids: Sequence[Sequence[int] | None],
+                      needed: Sequence[int] | None, argvs: Sequence[Sequence[str]]) -> dict[str, Any]:
+        queries: list[list[int] | None] = []
+        if architecture and num_layers:
+            n = num_layers
+            probes: list[Sequence[int] | None] = [None, *ids, [1, n // 2 - 1, n - 4], [-1, 1, n // 2], [0, n // 2, n - 1], [n - 1], [n]]
+            probes += table.candidate_ids(needed) if needed else []
+            for item in probes:
+                query = list(item) if item is not None else None
+                if query not in queries:
+                    queries.append(query)
+        captures = [{"architecture": architecture, "num_layers": num_layers, "queries": queries}] if queries else []
+        return {"captures": captures, "argv": [self._flags(argv) for argv in argvs]}
+
+    @staticmethod
+    def _flags(argv: Sequence[str]) -> list[str]:
+        """The launch flags of an argv rendered by `argv()`: what follows `-m sglang.launch_server`."""
+        return list(argv[3:]) if tuple(argv[1:3]) == ("-m", "sglang.launch_server") else list(argv)
+
+    def probe_report(self, python: str, architecture: str | None, num_layers: int | None,
+                     answer: Mapping[str, Any]) -> ProbeReport:
+        seconds = float((answer.get("seconds") or {}).get("wall", 0.0))
+        parse = tuple(ParseAnswer(tuple(p["argv"]), bool(p["ok"]), p.get("error")) for p in answer.get("parse") or [])
+        engine_version = answer.get("version")
+        if answer.get("error") or engine_version is None:
+            return ProbeReport(python, engine_version, None, (), parse, answer.get("error") or "no engine version reported", seconds)
+        probed = next((c for c in answer.get("captures") or [] if c["architecture"] == architecture and c["num_layers"] == num_layers), None)
+        if not probed or architecture is None or num_layers is None:
+            return ProbeReport(python, engine_version, None, (), parse, None, seconds)
+        data = table.load_table()
+        rule = data.rule_for(engine_version, architecture)
+        if not probed.get("supported"):
+            unsupported = table.CaptureRule(architecture, engine_version, engine_version, "probe", False)
+            convention = self._probed(engine_version, architecture, unsupported, {})
+            disagree = () if rule is None or not rule.supported else (ProbeDisagreement(None, None, "supported", None, probed.get("reason")),)
+            return ProbeReport(python, engine_version, convention, disagree, parse, None, seconds)
+        stub_errors = [r["stub_error"] for r in probed["results"] if r.get("stub_error")]
+        if stub_errors:
+            return ProbeReport(python, engine_version, None, (), parse, f"the probe's stub does not fit this engine: {stub_errors[0]}", seconds)
+        answers = {(tuple(r["ids"]) if r["ids"] is not None else None): r for r in probed["results"]}
+        bounds = rule if rule is not None and rule.supported else table.CaptureRule(
+            architecture, engine_version, engine_version, "probe", True, max_position="N-1", beyond="dropped", embedding="unverified")
+        convention = self._probed(engine_version, architecture, bounds, answers)
+        disagreements = []
+        if rule is not None:
+            for ids, result in answers.items():
+                expected = table.capture(rule, list(ids) if ids is not None else None, num_layers)
+                if not rule.supported or tuple(expected.requested) != tuple(result["requested"] or ()) or (
+                        (expected.error or "").startswith("IndexError") != bool(result["error"])):
+                    disagreements.append(ProbeDisagreement(ids, tuple(expected.requested) if rule.supported else None, expected.error,
+                                                           tuple(result["requested"]) if result["requested"] is not None else None,
+                                                           result["error"]))
+        return ProbeReport(python, engine_version, convention, tuple(disagreements), parse, None, seconds)
+
+    def _probed(self, version: str, architecture: str, bounds: table.CaptureRule, answers: Mapping[Any, Any]) -> Convention:
+        """A convention that answers from the engine's own setter, bounded by the forward loop's limits."""
+
+        def capture(ids: Sequence[int] | None, num_layers: int) -> table.CaptureOutcome:
+            if not bounds.supported:
+                return table.capture(bounds, ids, num_layers)
+            key = tuple(ids) if ids is not None else None
+            if key not in answers:
+                raise KeyError(f"the probe was not asked about ids {list(ids) if ids is not None else None}")
+            result = answers[key]
+            if result["error"]:
+                return table.CaptureOutcome(key, tuple(result["requested"] or ()), (), error=result["error"])
+            return table.bound(bounds, key, result["requested"], num_layers)
+
+        def ids_for(positions: Sequence[int], num_layers: int) -> list[int] | None:
+            target = tuple(sorted(set(positions)))
+            for ids in table.candidate_ids(target):
+                if ids in answers:
+                    out = capture(ids, num_layers)
+                    if out.error is None and not out.dropped and not out.remapped and tuple(out.captured) == target:
+                        return list(ids)
+            return None
+
+        source = f"probe of the installed engine (loop limits from {bounds.source})"
+        return Convention(self.name, version, architecture, source, bounds.supported, capture, ids_for)
 
 
 SGLANG = SGLangEngine()

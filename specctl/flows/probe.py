@@ -1,0 +1,54 @@
+"""Running the engine probe with the engine's own interpreter (locally now; over SSH for hosts later)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import subprocess
+import time
+from typing import Any
+
+from specctl.engines import ProbeReport
+from specctl.plan.capture import positions_of
+from specctl.plan.inputs import Inputs
+from specctl.plan.plan import build_plan
+from specctl.plan.resolve import resolve_capture
+
+PROBE_TIMEOUT_S = 180
+
+
+def run_probe(python: str, script: str, request: dict[str, Any], timeout_s: float = PROBE_TIMEOUT_S) -> dict[str, Any]:
+    """Run `python script` with the request on stdin; an unusable answer comes back as {"error": ...}."""
+    start = time.perf_counter()
+    try:
+        result = subprocess.run([python, script], input=json.dumps(request), capture_output=True, text=True, timeout=timeout_s)
+    except FileNotFoundError:
+        return {"error": f"interpreter {python} not found"}
+    except subprocess.TimeoutExpired:
+        return {"error": f"the probe did not answer within {timeout_s:.0f} s"}
+    if result.returncode != 0:
+        tail = " | ".join(result.stderr.strip().splitlines()[-3:])
+        return {"error": f"the probe exited with {result.returncode}: {tail}"}
+    try:
+        answer: dict[str, Any] = json.loads(result.stdout.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        return {"error": "the probe's answer is not JSON"}
+    answer.setdefault("seconds", {})["wall"] = round(time.perf_counter() - start, 3)
+    return answer
+
+
+def with_probe(inputs: Inputs, python: str) -> Inputs:
+    """The inputs with the host engine's own answers: its version, its capture rule, its parser's verdict."""
+    engine, profile = inputs.engine, inputs.profile
+    table_view = resolve_capture(inputs)
+    argvs = [node.argv for node in build_plan(inputs, table_view).nodes]
+    ids = [i for i in (table_view.config_ids if table_view else None,
+                       tuple(profile.drafter.layer_ids) if profile.drafter and profile.drafter.layer_ids else None) if i]
+    needed = sorted(set(positions_of(inputs.manifest.capture.layers))) if inputs.manifest else None
+    architecture = inputs.architecture if profile.drafter is not None else None
+    request = engine.probe_request(architecture, inputs.num_layers, ids, needed, argvs)
+    answer = run_probe(python, str(engine.probe_script()), request)
+    report: ProbeReport = engine.probe_report(python, architecture, inputs.num_layers, answer)
+    if report.convention is None:
+        return dataclasses.replace(inputs, probe=report)
+    return dataclasses.replace(inputs, probe=report, convention=report.convention, convention_error=None)
