@@ -45,9 +45,10 @@ test: $(STAMP) $(HUB)/.built sglang-env
 test-fast: $(STAMP) $(HUB)/.built
 	$(BIN)/python -m pytest -q -p no:cacheprovider -m "not conformance"
 
-bench: $(STAMP) $(HUB)/.built
+bench: $(STAMP) $(HUB)/.built sglang-env
 	$(BIN)/python benchmarks/startup.py
 	$(BIN)/python benchmarks/sparse_checkpoint.py
+	$(BIN)/python benchmarks/probe.py --python $(SGLANG_VENV)/bin/python
 
 clean:
 	rm -rf $(VENV) .cache .pytest_cache .mypy_cache
