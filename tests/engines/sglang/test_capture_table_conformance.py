@@ -17,6 +17,8 @@ import pytest
 
 from specctl.engines.sglang.capture import load_table
 
+pytestmark = pytest.mark.conformance
+
 REPO = Path(__file__).resolve().parents[3]
 SAMPLE = ("0.4.6", "0.4.9", "0.5.5", "0.5.14", "0.5.23")
 
