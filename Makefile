@@ -13,7 +13,8 @@ all: test
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --disable-pip-version-check -U pip
-	$(BIN)/python -m pip install -q --disable-pip-version-check -e '.[test]' --config-settings editable_mode=compat
+	$(BIN)/python -m pip install -q --disable-pip-version-check torch==2.13.0 numpy
+	$(BIN)/python -m pip install -q --disable-pip-version-check -e '.[test,reference]' --config-settings editable_mode=compat
 	rm -f $(VENV)/.installed-*
 	touch $@
 
@@ -21,14 +22,12 @@ $(HUB)/.built: $(STAMP) examples/models.json examples/hub.py
 	$(BIN)/python examples/hub.py $(HUB) >/dev/null
 	touch $@
 
-# Until the reference engine lands, the demo checks and renders the shipped example profiles.
+# The embedded default: the tiny models on the reference engine, deployed to this machine, measured
+# against the baseline, then the same drafter served with a wrong capture list (see README).
 demo: $(HUB)/.built
-	@for p in profiles/*.yaml; do \
-	  echo; echo "\$$ specctl check $$p"; \
-	  HF_HUB_CACHE=$(HUB) HF_HUB_OFFLINE=1 $(BIN)/specctl check $$p; \
-	done; \
-	echo; echo "\$$ specctl render profiles/kimi-k2.5-tp8.yaml"; \
-	HF_HUB_CACHE=$(HUB) HF_HUB_OFFLINE=1 $(BIN)/specctl render profiles/kimi-k2.5-tp8.yaml
+	$(BIN)/specctl demo
+	@echo; echo "\$$ specctl check profiles/kimi-k2.5-tp8-broken.yaml   # the seed incident, on real model metadata"
+	@HF_HUB_CACHE=$(HUB) HF_HUB_OFFLINE=1 $(BIN)/specctl check profiles/kimi-k2.5-tp8-broken.yaml || true
 
 # The CPU-only sglang environment for the conformance tier (cached; a no-op when unchanged).
 sglang-env:

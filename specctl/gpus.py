@@ -33,6 +33,6 @@ GPUS: dict[str, GpuModel] = {
         GpuModel("a100-80gb", "NVIDIA A100 80GB", 79.2, "ampere", "8.0", True),
         GpuModel("l40s", "NVIDIA L40S", 44.4, "ada", "8.9", False),
         # the reference engine runs on the CPU; its "memory" is what the tiny models may use
-        GpuModel("cpu", "CPU (reference engine)", 4.0, "cpu", "0.0", False),
+        GpuModel("cpu", "CPU (reference engine)", 16.0, "cpu", "0.0", False),
     )
 }

@@ -11,7 +11,7 @@ __all__ = ["Convention", "Engine", "LaunchSpec", "ParseAnswer", "ProbeDisagreeme
            "engine_names", "get_engine"]
 
 # name -> "module:attribute"; imported lazily so one engine's data never loads for another
-_REGISTRY = {"sglang": "specctl.engines.sglang:SGLANG"}
+_REGISTRY = {"sglang": "specctl.engines.sglang:SGLANG", "reference": "specctl.engines.reference.engine:REFERENCE"}
 
 
 def engine_names() -> list[str]:

@@ -7,7 +7,7 @@ talk to an Engine through this interface (see ADDING.md for the steps to add one
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -61,7 +61,7 @@ class LaunchSpec:
     num_steps: int | None = None
     eagle_topk: int | None = None
     num_draft_tokens: int | None = None
-    extra_args: Mapping[str, Any] = field(default_factory=dict)
+    engine_version: str | None = None
 
 
 @dataclass(frozen=True)
@@ -131,6 +131,10 @@ class Engine(Protocol):
 
     def launch_args(self, version: str, args: Mapping[str, Any]) -> list[str]:
         """argv fragments for a profile's `engine.args` (through the version's catalog when there is one)."""
+        ...
+
+    def startup_stages(self) -> Sequence[tuple[str, str]]:
+        """(log line marker, stage shown to people) pairs, to show start-up progress from the server log."""
         ...
 
     def reserved_flags(self) -> Mapping[str, str]:

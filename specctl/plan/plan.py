@@ -71,6 +71,7 @@ def build_plan(inputs: Inputs, resolution: CaptureResolution | None, *, baseline
             dist_init_addr=f"{node0}:{p.parallel.dist_init_port}" if p.parallel.nnodes > 1 and node0 else None,
             drafter=drafter, drafter_revision=drafter_revision, algorithm=p.speculative.algorithm,
             num_steps=p.speculative.num_steps, eagle_topk=p.speculative.eagle_topk, num_draft_tokens=p.speculative.num_draft_tokens,
+            engine_version=p.engine.version,
         )
         argv = inputs.engine.argv(spec)
         if p.engine.args:

@@ -93,6 +93,12 @@ class SGLangEngine:
             catalog = FlagCatalog(self.name, version, ())
         return catalog.render(args)
 
+    def startup_stages(self) -> Sequence[tuple[str, str]]:
+        # log lines of sglang's model runner and HTTP server, in the order they appear
+        return (("Load weight begin", "loading weights"), ("Load weight end", "weights loaded"),
+                ("Capture cuda graph begin", "capturing CUDA graphs"), ("Capture cuda graph end", "CUDA graphs captured"),
+                ("fired up and ready to roll", "ready"))
+
     def reserved_flags(self) -> Mapping[str, str]:
         return _RESERVED
 

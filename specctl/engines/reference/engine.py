@@ -1,0 +1,28 @@
+"""The reference engine as specctl sees it: SGLang's flags, conventions and HTTP API, started as
+`python -m specctl.engines.reference` instead of `python -m sglang.launch_server`.
+
+Only the rendered command differs from a real sglang deploy (DESIGN section 10). A profile names
+it with `engine.name: reference` and `engine.version` = the sglang version it emulates. This
+module must not import torch: it sits on the path of `check` and `render`.
+"""
+
+from __future__ import annotations
+
+from specctl.engines.base import LaunchSpec
+from specctl.engines.sglang.engine import SGLangEngine
+
+MODULE = "specctl.engines.reference"
+
+
+class ReferenceEngine(SGLangEngine):
+    """SGLang's knowledge with the reference engine's launcher."""
+
+    name = "reference"
+
+    def argv(self, spec: LaunchSpec) -> list[str]:
+        argv = super().argv(spec)
+        emulate = ["--emulate-sglang-version", spec.engine_version] if spec.engine_version else []
+        return [argv[0], "-m", MODULE, *argv[3:], *emulate]
+
+
+REFERENCE = ReferenceEngine()

@@ -1,0 +1,85 @@
+"""The loaded engine behind the HTTP server: checkpoints, capture positions under the emulated
+sglang version, tokenizer, and sglang-style start-up log lines (specctl's progress display reads them)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from specctl.engines.reference import tokenizer
+from specctl.engines.reference.speculate import Generation, ReferenceEngine, resolve_capture
+from specctl.plan.capture import layers_of
+
+
+@dataclass
+class Output:
+    """A Generation plus sglang's finish_reason shape."""
+
+    generation: Generation
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.generation, name)
+
+    def finish_reason_dict(self) -> dict[str, Any]:
+        g = self.generation
+        if g.finish_reason == "stop":
+            return {"type": "stop", "matched": g.output_ids[-1] if g.output_ids else None}
+        return {"type": "length", "length": g.completion_tokens}
+
+
+class Runtime:
+    def __init__(self, engine: ReferenceEngine, target_dir: str, version: str, drafter_ids: list[int] | None) -> None:
+        self.engine = engine
+        self.target_dir = target_dir
+        self.version = version
+        self.drafter_ids = drafter_ids
+        self.config = json.loads((Path(target_dir) / "config.json").read_text())
+
+    def generate(self, prompt_ids: Sequence[int], max_new_tokens: int) -> Output:
+        return Output(self.engine.generate(prompt_ids, max_new_tokens))
+
+    def encode(self, text: str) -> list[int]:
+        return tokenizer.encode(text)
+
+    def decode(self, ids: Sequence[int]) -> str:
+        return tokenizer.decode(ids)
+
+    def chat_prompt(self, messages: Sequence[Mapping[str, str]]) -> str:
+        return tokenizer.apply_chat_template(messages)
+
+    def describe(self) -> dict[str, Any]:
+        positions = list(self.engine.capture_positions)
+        return {"emulated_sglang_version": self.version, "drafter_ids": self.drafter_ids, "capture_positions": positions,
+                "capture_layers": layers_of(positions), "num_draft_tokens": self.engine.num_draft_tokens}
+
+    def model_facts(self) -> dict[str, Any]:
+        return {"model_type": self.config.get("model_type"), "architectures": self.config.get("architectures")}
+
+
+def load(args: argparse.Namespace, resolved: Mapping[str, Any], log: Callable[[str], None]) -> Runtime:
+    """Load the checkpoints as sglang would for these flags, then warm up (a width mismatch fails here)."""
+    log("Load weight begin. device=cpu")
+    drafter = args.speculative_draft_model_path if resolved["speculative_algorithm"] else None
+    positions: Sequence[int] | None = None
+    ids = None
+    if drafter:
+        num_layers = json.loads((Path(args.model_path) / "config.json").read_text())["num_hidden_layers"]
+        outcome = resolve_capture(drafter, num_layers, args.emulate_sglang_version)
+        if outcome.error:
+            raise RuntimeError(f"capture setup failed as sglang {args.emulate_sglang_version} would: {outcome.error}")
+        for position, reason in outcome.dropped:
+            log(f"capture position {position} is not captured: {reason}")
+        positions, ids = outcome.captured, (list(outcome.ids) if outcome.ids is not None else None)
+        log(f"EAGLE3 aux hidden state capture positions {list(positions)} (ids {ids}, sglang {args.emulate_sglang_version} convention)")
+    engine = ReferenceEngine(args.model_path, drafter, num_steps=resolved["speculative_num_steps"] or 3,
+                             topk=resolved["speculative_eagle_topk"] or 1, num_draft_tokens=resolved["speculative_num_draft_tokens"],
+                             capture_positions=positions)
+    log("Load weight end. type=LlamaForCausalLM, dtype=float64, device=cpu")
+    log("Capture cuda graph begin. (reference engine: a warmup generation instead)")
+    engine.warmup()
+    log("Capture cuda graph end. Time elapsed: 0.0 s")
+    return Runtime(engine, args.model_path, args.emulate_sglang_version, ids)

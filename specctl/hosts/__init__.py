@@ -1,0 +1,1 @@
+"""Hosts: where releases run. One small transport interface; `local` now, SSH in the next step."""

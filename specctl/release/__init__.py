@@ -1,0 +1,1 @@
+"""Releases: a Plan materialised in a directory on a host, started, stopped and switched atomically."""

@@ -1,0 +1,1 @@
+"""Verdicts: live measurements of a running server against the profile's gates."""
