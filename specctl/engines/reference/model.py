@@ -254,7 +254,7 @@ class Rotary(nn.Module):
         self.register_buffer("sin", angles.sin(), persistent=False)
 
     def tables(self, positions: Tensor) -> tuple[Tensor, Tensor]:
-        if int(positions.max()) >= self.cos.shape[0]:
+        if positions[-1] >= self.cos.shape[0]:  # positions ascend; no device sync for max()
             raise RuntimeError(f"position {int(positions.max())} is beyond max_position_embeddings {self.cos.shape[0]}")
         return self.cos[positions], self.sin[positions]
 
@@ -307,8 +307,9 @@ class MLP(nn.Module):
 class KVCache:
     """Preallocated keys and values of every layer; `truncate` rolls back rejected draft tokens."""
 
-    def __init__(self, layers: int, kv_heads: int, head_dim: int, max_tokens: int, dtype: torch.dtype, batch: int = 1) -> None:
-        self.keys = torch.zeros(layers, batch, kv_heads, max_tokens, head_dim, dtype=dtype)
+    def __init__(self, layers: int, kv_heads: int, head_dim: int, max_tokens: int, dtype: torch.dtype, batch: int = 1,
+                 device: torch.device | None = None) -> None:
+        self.keys = torch.zeros(layers, batch, kv_heads, max_tokens, head_dim, dtype=dtype, device=device)
         self.values = torch.zeros_like(self.keys)
         self.length = 0
 
@@ -345,9 +346,9 @@ def _mask(cache: KVCache | None, new: int, device: torch.device) -> tuple[Tensor
     return torch.arange(past + new, device=device).unsqueeze(0) <= rows, False
 
 
-def _positions(cache: KVCache | None, new: int) -> Tensor:
+def _positions(cache: KVCache | None, new: int, device: torch.device) -> Tensor:
     start = 0 if cache is None else cache.length
-    return torch.arange(start, start + new)
+    return torch.arange(start, start + new, device=device)
 
 
 # --- target ------------------------------------------------------------------------------------------
@@ -392,7 +393,8 @@ class Target(nn.Module):
 
     def new_cache(self, max_tokens: int, batch: int = 1) -> KVCache:
         c = self.config
-        return KVCache(c.num_hidden_layers, c.num_key_value_heads, c.head_dim, max_tokens, self.lm_head.weight.dtype, batch)
+        weight = self.lm_head.weight
+        return KVCache(c.num_hidden_layers, c.num_key_value_heads, c.head_dim, max_tokens, weight.dtype, batch, weight.device)
 
     def embed(self, input_ids: Tensor) -> Tensor:
         embeds: Tensor = self.model.embed_tokens(input_ids)
@@ -401,7 +403,7 @@ class Target(nn.Module):
     def forward(self, input_ids: Tensor, cache: KVCache | None = None) -> TargetOutput:
         """Run `input_ids` [batch, tokens] after the cache's committed tokens (if any) and commit them."""
         new = input_ids.shape[1]
-        cos, sin = self.rotary.tables(_positions(cache, new))
+        cos, sin = self.rotary.tables(_positions(cache, new, self.rotary.cos.device))
         mask, causal = _mask(cache, new, input_ids.device)
         h = self.embed(input_ids)
         captures = []
@@ -472,7 +474,8 @@ class Eagle3Drafter(nn.Module):
 
     def new_cache(self, max_tokens: int, batch: int = 1) -> KVCache:
         c = self.config
-        return KVCache(1, c.num_key_value_heads, c.head_dim, max_tokens, self.lm_head.weight.dtype, batch)
+        weight = self.lm_head.weight
+        return KVCache(1, c.num_key_value_heads, c.head_dim, max_tokens, weight.dtype, batch, weight.device)
 
     def project(self, hidden: Tensor, embed_width: int) -> Tensor:
         """Target features through `fc`; the drafter's own hidden (embedding-wide) passes unchanged.
@@ -500,7 +503,7 @@ class Eagle3Drafter(nn.Module):
         """One drafter pass over [batch, tokens] rows after the cache's committed rows; commits them."""
         new = embeds.shape[1]
         hidden = self.project(hidden, embeds.shape[-1])
-        cos, sin = self.rotary.tables(_positions(cache, new))
+        cos, sin = self.rotary.tables(_positions(cache, new, self.rotary.cos.device))
         mask, causal = _mask(cache, new, embeds.device)
         layer = self.midlayer
         q, k, v = layer.self_attn.project(layer.attention_input(embeds, hidden), cos, sin)

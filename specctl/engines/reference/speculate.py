@@ -109,6 +109,7 @@ class ReferenceEngine:
         capture_positions: target positions concatenated into the drafter's input (ascending; see
             `resolve_capture`); None resolves them from the drafter's config under sglang 0.5.23.
         threads: torch intra-op threads (a process-wide setting); the tiny matmuls run fastest on 1.
+        device: where to compute ("cpu", or "cuda" for the GPU benchmark); float64 either way.
 
     Raises:
         ValueError: topk other than 1, num_steps < 1, or positions the target cannot capture.
@@ -125,10 +126,12 @@ class ReferenceEngine:
         num_draft_tokens: int | None = None,
         capture_positions: Sequence[int] | None = None,
         threads: int | None = 1,
+        device: str = "cpu",
     ) -> None:
         if threads is not None:
             torch.set_num_threads(threads)
-        self.target: Target = load_target(target_dir)
+        self.device = torch.device(device)
+        self.target: Target = load_target(target_dir).to(self.device)
         self.drafter: Eagle3Drafter | None = None
         self.capture_positions: tuple[int, ...] = ()
         self.num_steps = 0
@@ -148,7 +151,7 @@ class ReferenceEngine:
         positions = tuple(sorted(set(capture_positions)))
         if not positions or positions[0] < 0 or positions[-1] >= layers:
             raise ValueError(f"capture positions {list(positions)} must lie in 0..{layers - 1} for a {layers}-layer target")
-        self.drafter = load_drafter(drafter_dir)
+        self.drafter = load_drafter(drafter_dir).to(self.device)
         self.capture_positions = positions
         self.num_steps = num_steps
         self.num_draft_tokens = num_steps + 1  # sglang forces this for topk 1 (reference 1.4 item 10)
@@ -183,7 +186,7 @@ class ReferenceEngine:
         start = time.perf_counter()
         target = self.target
         cache = target.new_cache(capacity)
-        prefill = target(torch.tensor([prompt]), cache)
+        prefill = target(self._ids([prompt]), cache)
         token = int(prefill.logits[0, -1].argmax())
         first_token_s = time.perf_counter() - start
         output = [token]
@@ -192,7 +195,7 @@ class ReferenceEngine:
 
         if self.drafter is None:
             while finish is None:
-                token = int(target(torch.tensor([[token]]), cache).logits[0, -1].argmax())
+                token = int(target(self._ids([[token]]), cache).logits[0, -1].argmax())
                 output.append(token)
                 finish = _finished(output, max_new, stops)
         else:
@@ -201,11 +204,11 @@ class ReferenceEngine:
             result.spec_correct_drafts_histogram = [0] * self.num_draft_tokens
             draft_cache = drafter.new_cache(capacity)
             # EAGLE-3 rows: row i reads (embedding of token i+1, target features at token i) to draft token i+2
-            draft = drafter(target.embed(torch.tensor([prompt[1:] + [token]])), self._features(prefill.hidden_states), draft_cache)
+            draft = drafter(target.embed(self._ids([prompt[1:] + [token]])), self._features(prefill.hidden_states), draft_cache)
             while finish is None:
                 committed = cache.length
                 drafts = self._draft(draft, draft_cache, drafts_per_round)
-                verify = target(torch.tensor([[token, *drafts]]), cache)
+                verify = target(self._ids([[token, *drafts]]), cache)
                 greedy = verify.logits[0].argmax(-1).tolist()
                 accepted = 0
                 while accepted < drafts_per_round and drafts[accepted] == greedy[accepted]:
@@ -224,11 +227,14 @@ class ReferenceEngine:
                         break
                 else:
                     features = self._features(verify.hidden_states)[:, : accepted + 1]
-                    draft = drafter(target.embed(torch.tensor([new_tokens])), features, draft_cache)
+                    draft = drafter(target.embed(self._ids([new_tokens])), features, draft_cache)
         assert finish is not None
         result.finish_reason = finish
         result.e2e_s = time.perf_counter() - start
         return result
+
+    def _ids(self, rows: list[list[int]]) -> Tensor:
+        return torch.tensor(rows, device=self.device)
 
     def _features(self, hidden_states: tuple[Tensor, ...]) -> Tensor:
         """The captured positions concatenated in ascending order, as sglang packs them."""
@@ -243,7 +249,7 @@ class ReferenceEngine:
             tokens.append(int(self.drafter.to_target_ids(draft_id)))
             if len(tokens) == count:
                 return tokens
-            embeds = self.target.embed(torch.tensor([[tokens[-1]]]))
+            embeds = self.target.embed(self._ids([[tokens[-1]]]))
             draft = self.drafter(embeds, draft.hidden[:, -1:], cache)
 
 
