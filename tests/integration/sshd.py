@@ -1,0 +1,156 @@
+"""Real OpenSSH servers for the tests: one per host, each in its own network namespace with its own
+address on a veth pair (or, where namespaces cannot be made, on its own loopback port).
+
+Keys, authorized_keys, known_hosts and an ssh_config are generated per run; nothing touches the
+user's ~/.ssh. Teardown kills every sshd and removes every namespace and link it made.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+SSHD = shutil.which("sshd") or "/usr/sbin/sshd"
+
+
+def _run(*argv: str) -> None:
+    subprocess.run(argv, check=True, capture_output=True)
+
+
+def namespaces_work() -> bool:
+    if os.geteuid() != 0 or not shutil.which("ip"):
+        return False
+    probe = f"specctl-probe-{os.getpid()}"
+    try:
+        _run("ip", "netns", "add", probe)
+        _run("ip", "netns", "del", probe)
+        return True
+    except (subprocess.CalledProcessError, OSError):
+        return False
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class SshHost:
+    name: str
+    address: str
+    port: int
+    root: Path  # the host's state directory (hosts share this machine's filesystem)
+    namespace: str | None
+    process: subprocess.Popen[bytes] | None = None
+    host_key_pub: str = ""
+
+    def alive(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+
+@dataclass
+class SshLab:
+    """A set of sshd hosts plus the client-side files that reach them."""
+
+    workdir: Path
+    use_namespaces: bool
+    hosts: dict[str, SshHost] = field(default_factory=dict)
+    user_key: Path = Path()
+    ssh_config: Path = Path()
+    known_hosts: Path = Path()
+    tag: str = field(default_factory=lambda: f"{os.getpid() % 10000}")
+
+    def start(self, count: int) -> None:
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.user_key = self.workdir / "id_ed25519"
+        _run("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(self.user_key))
+        (self.workdir / "authorized_keys").write_text((self.workdir / "id_ed25519.pub").read_text())
+        Path("/run/sshd").mkdir(parents=True, exist_ok=True)
+        for i in range(count):
+            self._add(f"h{i}", i)
+        self.write_client_files()
+
+    def _add(self, name: str, index: int) -> None:
+        hostdir = self.workdir / name
+        hostdir.mkdir()
+        _run("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(hostdir / "host_key"))
+        if self.use_namespaces:
+            ns, outside, inside = f"sc{self.tag}h{index}", f"sc{self.tag}h{index}a", f"sc{self.tag}h{index}b"
+            subnet = f"10.233.{index + 10}"
+            _run("ip", "netns", "add", ns)
+            _run("ip", "link", "add", outside, "type", "veth", "peer", "name", inside)
+            _run("ip", "link", "set", inside, "netns", ns)
+            _run("ip", "addr", "add", f"{subnet}.1/24", "dev", outside)
+            _run("ip", "link", "set", outside, "up")
+            _run("ip", "netns", "exec", ns, "ip", "addr", "add", f"{subnet}.2/24", "dev", inside)
+            _run("ip", "netns", "exec", ns, "ip", "link", "set", inside, "up")
+            _run("ip", "netns", "exec", ns, "ip", "link", "set", "lo", "up")
+            host = SshHost(name, f"{subnet}.2", 22, hostdir / "root", ns)
+        else:
+            host = SshHost(name, "127.0.0.1", _free_port(), hostdir / "root", None)
+        host.root.mkdir()
+        host.host_key_pub = (hostdir / "host_key.pub").read_text().split()[1]
+        (hostdir / "sshd_config").write_text("\n".join([
+            f"Port {host.port}", f"ListenAddress {host.address}", f"HostKey {hostdir / 'host_key'}",
+            f"AuthorizedKeysFile {self.workdir / 'authorized_keys'}", f"PidFile {hostdir / 'sshd.pid'}",
+            "UsePAM no", "StrictModes no", "PermitRootLogin yes", "PasswordAuthentication no",
+            "KbdInteractiveAuthentication no", "AllowTcpForwarding yes", "MaxStartups 100", "LogLevel ERROR", "",
+        ]))
+        self.hosts[name] = host
+        self.start_sshd(host)
+
+    def start_sshd(self, host: SshHost) -> None:
+        argv = [SSHD, "-D", "-e", "-f", str(self.workdir / host.name / "sshd_config")]
+        if host.namespace:
+            argv = ["ip", "netns", "exec", host.namespace, *argv]
+        host.process = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                with socket.create_connection((host.address, host.port), timeout=1):
+                    return
+            except OSError:
+                if time.monotonic() > deadline or host.process.poll() is not None:
+                    raise RuntimeError(f"sshd for {host.name} did not start") from None
+                time.sleep(0.05)
+
+    def stop_sshd(self, host: SshHost) -> None:
+        if host.process is not None and host.process.poll() is None:
+            host.process.terminate()
+            host.process.wait(timeout=10)
+
+    def known_hosts_line(self, host: SshHost, key_b64: str | None = None) -> str:
+        where = host.address if host.port == 22 else f"[{host.address}]:{host.port}"
+        return f"{where} ssh-ed25519 {key_b64 or host.host_key_pub}\n"
+
+    def write_client_files(self, known: list[str] | None = None) -> None:
+        self.known_hosts = self.workdir / "known_hosts"
+        self.known_hosts.write_text("".join(self.known_hosts_line(h) for h in self.hosts.values() if known is None or h.name in known))
+        self.ssh_config = self.workdir / "ssh_config"
+        self.ssh_config.write_text("".join(
+            f"Host {h.name}\n  HostName {h.address}\n  Port {h.port}\n  User root\n  IdentityFile {self.user_key}\n"
+            f"  UserKnownHostsFile {self.known_hosts}\n  StrictHostKeyChecking yes\n\n" for h in self.hosts.values()))
+
+    def inventory(self, path: Path, python: str) -> Path:
+        lines = ["apiVersion: specctl/v1", "kind: Inventory", "hosts:"]
+        for h in self.hosts.values():
+            lines += [f"  {h.name}:", f"    ssh: {h.name}", f"    root: {h.root}", f"    python: {python}"]
+        lines += ["groups:", "  all: [" + ", ".join(self.hosts) + "]", ""]
+        path.write_text("\n".join(lines))
+        return path
+
+    def stop(self) -> None:
+        for host in self.hosts.values():
+            self.stop_sshd(host)
+            for pidfile in host.root.rglob("server.pid"):  # servers a test left running: their process groups
+                subprocess.run(["kill", "-KILL", "--", f"-{pidfile.read_text().strip()}"], capture_output=True)
+            if host.namespace:
+                subprocess.run(["ip", "netns", "del", host.namespace], capture_output=True)
+        for i in range(len(self.hosts)):
+            subprocess.run(["ip", "link", "del", f"sc{self.tag}h{i}a"], capture_output=True)

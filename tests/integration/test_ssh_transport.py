@@ -1,0 +1,95 @@
+"""The SSH transport against real OpenSSH servers: commands, files, detached starts, host keys, injection."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from specctl.errors import HostError
+from specctl.hosts.ssh import SshOptions, resolve, ssh_transport
+from tests.integration.sshd import SshLab
+
+
+def transport(lab: SshLab, name: str, options: SshOptions):  # type: ignore[no-untyped-def]
+    return ssh_transport(name, resolve(name, options), options)
+
+
+def test_ssh_config_is_honoured(lab: SshLab, ssh_options: SshOptions) -> None:
+    target = resolve("h1", ssh_options)
+    h1 = lab.hosts["h1"]
+    assert (target.hostname, target.port, target.user) == (h1.address, h1.port, "root")
+    assert target.known_hosts == (str(lab.known_hosts),)
+
+
+def test_run_put_read_and_start(lab: SshLab, ssh_options: SshOptions) -> None:
+    t = transport(lab, "h0", ssh_options)
+    assert t.run(["echo", "hello"]).stdout == "hello\n"
+    root = str(lab.hosts["h0"].root)
+    t.put(f"{root}/file.txt", b"contents\n")
+    assert t.read(f"{root}/file.txt") == b"contents\n" and t.read(f"{root}/missing") is None
+    pid = t.start(["sh", "-c", 'echo "secret=$SECRET"; sleep 30'], cwd=root, log=f"{root}/log", pidfile=f"{root}/pid",
+                  env={"SECRET": "s3cr3t with 'quotes' and $dollars"})
+    time.sleep(0.5)
+    assert t.read(f"{root}/log") == b"secret=s3cr3t with 'quotes' and $dollars\n"
+    assert t.read(f"{root}/pid") == f"{pid}\n".encode()
+    assert t.run(["kill", "-0", "--", f"-{pid}"], check=False).rc == 0  # its own process group
+    t.run(["kill", "-TERM", "--", f"-{pid}"])
+    deadline = time.monotonic() + 10  # until the orphaned group is reaped
+    while t.run(["kill", "-0", "--", f"-{pid}"], check=False).rc == 0:
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+
+
+def test_command_timeout(lab: SshLab, ssh_options: SshOptions) -> None:
+    done = transport(lab, "h0", ssh_options).run(["sleep", "5"], timeout_s=0.5, check=False)
+    assert done.rc == 124
+
+
+def test_unknown_host_key_refused_unless_accepted(lab: SshLab, tmp_path: Path) -> None:
+    known = tmp_path / "known_hosts"
+    known.write_text("")
+    config = tmp_path / "ssh_config"
+    config.write_text(lab.ssh_config.read_text().replace(str(lab.known_hosts), str(known)))
+    strict = SshOptions(config_path=str(config), connect_timeout_s=5)
+    with pytest.raises(HostError) as info:
+        transport(lab, "h2", strict).run(["true"])
+    assert "unknown host key" in info.value.message and "SHA256:" in info.value.message
+    accepting = SshOptions(config_path=str(config), connect_timeout_s=5, accept_new_host_key=True)
+    assert transport(lab, "h2", accepting).run(["true"]).rc == 0
+    assert lab.hosts["h2"].host_key_pub in known.read_text()
+    assert transport(lab, "h2", strict).run(["true"]).rc == 0  # now known
+
+
+def test_changed_host_key_always_refused(lab: SshLab, tmp_path: Path) -> None:
+    import subprocess
+
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(tmp_path / "other")], check=True)
+    other = (tmp_path / "other.pub").read_text().split()[1]
+    known = tmp_path / "known_hosts"
+    known.write_text(lab.known_hosts_line(lab.hosts["h1"], other))
+    config = tmp_path / "ssh_config"
+    config.write_text(lab.ssh_config.read_text().replace(str(lab.known_hosts), str(known)))
+    for accept in (False, True):
+        with pytest.raises(HostError) as info:
+            transport(lab, "h1", SshOptions(config_path=str(config), connect_timeout_s=5, accept_new_host_key=accept)).run(["true"])
+        assert "CHANGED" in info.value.message and info.value.message.count("SHA256:") == 2
+
+
+def test_host_down_is_a_host_error(lab: SshLab, tmp_path: Path) -> None:
+    config = tmp_path / "ssh_config"
+    config.write_text(f"Host ghost\n  HostName 127.0.0.1\n  Port 1\n  User root\n  UserKnownHostsFile {lab.known_hosts}\n")
+    with pytest.raises(HostError) as info:
+        transport(lab, "ghost", SshOptions(config_path=str(config), connect_timeout_s=1)).run(["true"])
+    assert "cannot connect" in info.value.message and info.value.exit_code == 3
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(words=st.lists(st.text(st.characters(blacklist_characters="\x00", blacklist_categories=("Cs",)), max_size=20), min_size=1, max_size=4))
+def test_argv_reaches_the_host_as_plain_data(lab: SshLab, ssh_options: SshOptions, words: list[str]) -> None:
+    t = transport(lab, "h0", ssh_options)
+    done = t.run(["printf", "%s\\0", *words])
+    assert done.stdout.split("\0")[:-1] == words
