@@ -8,7 +8,7 @@ from typing import IO, Annotated
 
 import typer
 
-from specctl.cli import demo, manifest, profiles
+from specctl.cli import demo, hosts_cmds, manifest, profiles
 from specctl.cli._output import Output
 
 app = typer.Typer(
@@ -33,6 +33,7 @@ def _root(
 
 profiles.register(app)
 demo.register(app)
+hosts_cmds.register(app)
 app.add_typer(manifest.app, name="manifest")
 
 

@@ -3,16 +3,19 @@ one, wait for a real generation, switch `current`. The local host and SSH hosts 
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from specctl.constants import STARTUP_BUDGET_S
 from specctl.errors import HostError
 from specctl.flows.static import CheckReport, plan
+from specctl.hosts.group import run_group
+from specctl.hosts.inventory import HostSpec
 from specctl.hosts.transport import Transport
 from specctl.plan.plan import Plan
+from specctl.release import lock
 from specctl.release import release as rel
-from specctl.release.readiness import wait_ready
+from specctl.release.readiness import StartupFailed, wait_ready
 
 
 @dataclass(frozen=True)
@@ -53,12 +56,78 @@ def deploy_one(transport: Transport, root: str, report: CheckReport, *, baseline
     }
     on_progress("writing release")
     rel.materialize(release, the_plan, the_plan.nodes[0], documents, overlay_sources(report, the_plan))
-    previous = rel.linked(transport, release.root, name)
-    if previous:
+    previous_id = rel.linked(transport, release.root, name)
+    previous = rel.Release(transport, release.root, name, previous_id) if previous_id else None
+    if previous is not None:
         on_progress("stopping the previous server")
-        rel.stop(rel.Release(transport, release.root, name, previous))
+        rel.stop(previous)
+    stages = report.inputs.engine.startup_stages()
     rel.start(release, env=secrets_env)
-    startup = wait_ready(release, profile.engine.port, report.inputs.engine.startup_stages(), budget_s=budget_s,
-                         on_progress=on_progress)
+    try:
+        startup = wait_ready(release, profile.engine.port, stages, budget_s=budget_s, on_progress=on_progress)
+    except StartupFailed as failure:
+        rel.stop(release)
+        if previous is not None:  # `current` still names it: bring it back as it was
+            on_progress(f"restoring {previous.run_id}")
+            rel.start(previous, env=secrets_env)
+            wait_ready(previous, profile.engine.port, stages, budget_s=budget_s, on_progress=on_progress)
+            failure.restored = previous.run_id
+        raise
     rel.switch(release)
     return Deployed(release, the_plan, f"http://{transport.address}:{profile.engine.port}", startup)
+
+
+@dataclass(frozen=True)
+class HostOutcome:
+    """What happened on one host."""
+
+    host: str
+    ok: bool
+    run_id: str | None
+    detail: str
+    log_tail: tuple[str, ...] = ()
+    rolled_back: bool = False
+
+
+def deploy_fleet(report: CheckReport, hosts: Sequence[HostSpec], *, command: str, max_failures: int = 0,
+                 ssh_config: str | None = None, accept_new_host_key: bool = False, secrets_env: dict[str, str] | None = None,
+                 budget_s: float = STARTUP_BUDGET_S, on_progress: Callable[[str, str], None] = lambda host, stage: None,
+                 ) -> list[HostOutcome]:
+    """Deploy to every host in parallel (one run id); past `max_failures` failures the others roll back too."""
+    run_id = rel.new_run_id()
+    name = report.inputs.profile.metadata.name
+    deployed: dict[str, tuple[Transport, Deployed, str | None]] = {}
+
+    def one(host: HostSpec) -> Deployed:
+        transport = host.transport(ssh_config=ssh_config, accept_new_host_key=accept_new_host_key)
+        root = rel.host_root(transport, host.root)
+        base = f"{root}/{name}"
+        lock.acquire(transport, base, lock.owner(run_id, command))
+        try:
+            previous = rel.linked(transport, root, name)
+            result = deploy_one(transport, root, report, run_id=run_id, secrets_env=secrets_env, budget_s=budget_s,
+                                on_progress=lambda stage: on_progress(host.name, stage))
+            deployed[host.name] = (transport, result, previous)
+            return result
+        finally:
+            lock.release(transport, base)
+
+    group = run_group(hosts, one)
+    outcomes = {h: HostOutcome(h, True, run_id, f"ready in {d.startup_s:.1f} s") for h, d in group.results.items()}
+    for host, exc in group.errors.items():
+        log = tuple(getattr(exc, "log", ()) or ())
+        restored = getattr(exc, "restored", None)
+        detail = getattr(exc, "message", str(exc)) + (f"; restored {restored}" if restored else "")
+        outcomes[host] = HostOutcome(host, False, None, detail, log)
+    if len(group.errors) > max_failures:
+        for host, (transport, result, previous) in deployed.items():
+            on_progress(host, "rolling back: too many hosts failed")
+            rel.stop(result.release)
+            if previous:
+                prior = rel.Release(transport, result.release.root, name, previous)
+                rel.start(prior, env=secrets_env)
+                wait_ready(prior, report.inputs.profile.engine.port, report.inputs.engine.startup_stages(), budget_s=budget_s)
+                rel.switch(prior)
+            outcomes[host] = HostOutcome(host, False, run_id, f"rolled back to {previous or 'nothing'}: "
+                                         f"{len(group.errors)} host(s) failed (max {max_failures})", rolled_back=True)
+    return [outcomes[h.name] for h in hosts]

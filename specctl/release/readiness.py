@@ -16,6 +16,7 @@ class StartupFailed(HostError):
     def __init__(self, message: str, *, host: str, log: list[str], fix: str | None = None) -> None:
         super().__init__(message, host=host, fix=fix)
         self.log = log
+        self.restored: str | None = None  # the previous release started again, if there was one
 
 
 def stage_of(lines: Sequence[str], stages: Sequence[tuple[str, str]]) -> str:

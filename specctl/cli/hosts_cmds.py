@@ -1,0 +1,197 @@
+"""deploy, status, logs, stop, unlock: the commands that act on hosts."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import sys
+import time
+from typing import Annotated
+
+import typer
+
+from specctl.cli._options import JsonOpt, OfflineOpt, ProfileArg
+from specctl.cli._output import Output
+from specctl.errors import CheckFailed, HostError, InputError
+
+HostsOpt = Annotated[str | None, typer.Option("--hosts", "--host", help="Hosts or groups, comma-separated (default: the profile's).")]
+InventoryOpt = Annotated[str | None, typer.Option("--inventory", "-i", envvar="SPECCTL_INVENTORY", help="Inventory file (default ./hosts.yaml).")]
+SshConfigOpt = Annotated[str | None, typer.Option("--ssh-config", envvar="SPECCTL_SSH_CONFIG", help="ssh_config to use (default ~/.ssh/config).")]
+AcceptOpt = Annotated[bool, typer.Option("--accept-new-host-key", help="Add an unknown host key to known_hosts (never a changed one).")]
+
+
+def register(app: typer.Typer) -> None:
+    for fn in (deploy, status, logs, stop, unlock):
+        app.command(fn.__name__)(fn)
+
+
+def _hosts(profile_hosts: list[str], hosts: str | None, inventory: str | None):  # type: ignore[no-untyped-def]
+    from specctl.hosts.inventory import inventory_path, resolve_hosts
+
+    names = [h.strip() for h in hosts.split(",") if h.strip()] if hosts else profile_hosts
+    if not names:
+        raise InputError("no hosts: the profile lists none and --hosts was not given", fix="add `hosts:` to the profile or pass --hosts")
+    return resolve_hosts(names, inventory_path(inventory))
+
+
+def _output(ctx: typer.Context, json_mode: bool) -> Output:
+    output: Output = ctx.obj
+    output.json_mode = output.json_mode or json_mode
+    return output
+
+
+def deploy(
+    ctx: typer.Context, profile: ProfileArg, hosts: HostsOpt = None, inventory: InventoryOpt = None,
+    reason: Annotated[str | None, typer.Option("--reason", help="Why (recorded with the run).")] = None,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Show what would change on each host; change nothing.")] = False,
+    max_failures: Annotated[int, typer.Option("--max-failures", help="Hosts that may fail before the others roll back.")] = 0,
+    skip_check: Annotated[bool, typer.Option("--skip-check", help="Deploy even when static checks fail (recorded).")] = False,
+    ssh_config: SshConfigOpt = None, accept_new_host_key: AcceptOpt = False, json_mode: JsonOpt = False, offline: OfflineOpt = False,
+) -> None:
+    """Check a profile, then put it on its hosts: release directory, lock, stop, start, readiness, switch."""
+    from rich.table import Table
+
+    from specctl.cli.views import findings_view
+    from specctl.flows import static
+    from specctl.flows.deploy import deploy_fleet
+
+    output = _output(ctx, json_mode)
+    report = static.check(profile, offline=offline)
+    errors = [f for f in report.findings if f.severity.value == "error"]
+    if errors and not skip_check:
+        output.hint(findings_view(f"deploy refused: {profile}", errors))
+        raise CheckFailed(f"{len(errors)} check error(s); nothing deployed", fix=f"fix them (specctl check {profile}) or pass --skip-check")
+    targets = _hosts(report.inputs.profile.hosts, hosts, inventory)
+    p = report.inputs.profile
+    if dry_run:
+        rows = [_dry_run_row(h, p.metadata.name, p.metadata.version, ssh_config, accept_new_host_key) for h in targets]
+        table = Table("host", "current", "would deploy", title=f"dry run: {p.metadata.name} v{p.metadata.version}", title_justify="left")
+        for row in rows:
+            table.add_row(row["host"], row["current"], row["would_deploy"])
+        output.result({"dry_run": rows}, table)
+        return
+    secrets_env = {name: os.environ[name] for name in p.secrets if name in os.environ}
+    command = shlex.join(["specctl", *sys.argv[1:]]) + (f"  # {reason}" if reason else "")
+    outcomes = deploy_fleet(report, targets, command=command, max_failures=max_failures, ssh_config=ssh_config,
+                            accept_new_host_key=accept_new_host_key, secrets_env=secrets_env,
+                            on_progress=lambda host, stage: output.hint(f"[dim]{host}[/]: {stage}"))
+    table = Table("host", "result", "release", title=f"deploy {p.metadata.name} v{p.metadata.version}", title_justify="left")
+    for o in outcomes:
+        table.add_row(o.host, ("ok: " if o.ok else "FAILED: ") + o.detail, o.run_id or "-")
+    output.result({"profile": p.metadata.name, "version": p.metadata.version, "hosts": [o.__dict__ for o in outcomes]}, table)
+    for o in outcomes:
+        if o.log_tail and not output.json_mode:
+            output.err.print(f"[bold]{o.host}[/]: last lines of the server log:")
+            for line in o.log_tail[-12:]:
+                output.err.print(f"  {line}", markup=False, highlight=False)
+    if not all(o.ok for o in outcomes):
+        raise typer.Exit(HostError.exit_code)
+
+
+def _dry_run_row(host, name: str, version: int, ssh_config: str | None, accept: bool) -> dict[str, str]:  # type: ignore[no-untyped-def]
+    import json
+
+    from specctl.release import release as rel
+
+    t = host.transport(ssh_config=ssh_config, accept_new_host_key=accept)
+    root = rel.host_root(t, host.root)
+    current = rel.linked(t, root, name)
+    shown = "nothing"
+    if current:
+        raw = t.read(f"{root}/{name}/releases/{current}/profile.json")
+        running = json.loads(raw)["metadata"]["version"] if raw else "?"
+        shown = f"{current} (v{running})"
+    return {"host": host.name, "current": shown, "would_deploy": f"v{version} (a new release; current switches when ready)"}
+
+
+def _current(ctx_hosts, profile_name: str, ssh_config: str | None):  # type: ignore[no-untyped-def]
+    from specctl.release import release as rel
+
+    for host in ctx_hosts:
+        t = host.transport(ssh_config=ssh_config)
+        root = rel.host_root(t, host.root)
+        run_id = rel.linked(t, root, profile_name)
+        yield host, t, (rel.Release(t, root, profile_name, run_id) if run_id else None)
+
+
+def status(ctx: typer.Context, profile: ProfileArg, hosts: HostsOpt = None, inventory: InventoryOpt = None,
+           ssh_config: SshConfigOpt = None, json_mode: JsonOpt = False) -> None:
+    """What runs on each host: current release, process, health."""
+    from rich.table import Table
+
+    from specctl.profile import load_profile
+    from specctl.release import release as rel
+    from specctl.verdict.client import EngineClient
+
+    output = _output(ctx, json_mode)
+    p = load_profile(profile).model
+    rows = []
+    for host, t, current in _current(_hosts(p.hosts, hosts, inventory), p.metadata.name, ssh_config):
+        group = rel.pid(current) if current else None
+        running = bool(group and rel.alive(t, group))
+        healthy = running and EngineClient(f"http://{t.address}:{p.engine.port}", timeout_s=10).healthy(timeout_s=10)
+        rows.append({"host": host.name, "current": current.run_id if current else None, "pid": group, "running": running, "healthy": healthy})
+    table = Table("host", "current release", "pid", "running", "healthy", title=f"{p.metadata.name}", title_justify="left")
+    for r in rows:
+        table.add_row(r["host"], r["current"] or "-", str(r["pid"] or "-"), "yes" if r["running"] else "no", "yes" if r["healthy"] else "no")
+    output.result({"profile": p.metadata.name, "hosts": rows}, table)
+
+
+def logs(ctx: typer.Context, profile: ProfileArg, hosts: HostsOpt = None, inventory: InventoryOpt = None, ssh_config: SshConfigOpt = None,
+         lines: Annotated[int, typer.Option("-n", "--lines", help="Lines from the end.")] = 50,
+         follow: Annotated[bool, typer.Option("-f", "--follow", help="Keep printing new lines (Ctrl-C stops).")] = False) -> None:
+    """The server log of the current release on each host."""
+    from specctl.profile import load_profile
+    from specctl.release import release as rel
+
+    output: Output = ctx.obj
+    p = load_profile(profile).model
+    targets = list(_current(_hosts(p.hosts, hosts, inventory), p.metadata.name, ssh_config))
+    seen: dict[str, int] = {}
+    while True:
+        for host, t, current in targets:
+            if current is None:
+                continue
+            text = (t.read(current.path(rel.LOG)) or b"").decode(errors="replace").splitlines()
+            start = seen.get(host.name, max(0, len(text) - lines))
+            for line in text[start:]:
+                output.raw(f"{host.name} | {line}\n" if len(targets) > 1 else line + "\n")
+            seen[host.name] = len(text)
+        if not follow:
+            return
+        time.sleep(1.0)
+
+
+def stop(ctx: typer.Context, profile: ProfileArg, hosts: HostsOpt = None, inventory: InventoryOpt = None,
+         ssh_config: SshConfigOpt = None, json_mode: JsonOpt = False) -> None:
+    """Stop the profile's server on each host (its whole process group)."""
+    from specctl.profile import load_profile
+    from specctl.release import release as rel
+
+    output = _output(ctx, json_mode)
+    p = load_profile(profile).model
+    result = {host.name: (rel.stop(current) if current else False) for host, _, current in _current(_hosts(p.hosts, hosts, inventory), p.metadata.name, ssh_config)}
+    output.result({"stopped": result}, "\n".join(f"{h}: {'stopped' if s else 'nothing running'}" for h, s in result.items()))
+
+
+def unlock(ctx: typer.Context, profile: ProfileArg, hosts: HostsOpt = None, inventory: InventoryOpt = None,
+           ssh_config: SshConfigOpt = None, json_mode: JsonOpt = False) -> None:
+    """Remove a stale deploy lock, showing whose it was."""
+    from specctl.profile import load_profile
+    from specctl.release import lock
+    from specctl.release import release as rel
+
+    output = _output(ctx, json_mode)
+    p = load_profile(profile).model
+    removed = {}
+    for host in _hosts(p.hosts, hosts, inventory):
+        t = host.transport(ssh_config=ssh_config)
+        base = f"{rel.host_root(t, host.root)}/{p.metadata.name}"
+        held = lock.read(t, base)
+        if held is not None:
+            lock.release(t, base)
+        removed[host.name] = held
+    output.result({"unlocked": removed}, "\n".join(f"{h}: removed lock of {lock.describe(w)}" if w else f"{h}: not locked"
+                                                     for h, w in removed.items()))
+
+

@@ -1,0 +1,41 @@
+"""Running one function over many hosts in parallel, with a per-host outcome (fabric's GroupResult)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Generic, TypeVar
+
+from specctl.hosts.inventory import HostSpec
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class GroupResult(Generic[T]):
+    """Each host's result or the exception it raised, in inventory order."""
+
+    results: dict[str, T]
+    errors: dict[str, BaseException]
+
+    @property
+    def failed(self) -> list[str]:
+        return list(self.errors)
+
+    @property
+    def succeeded(self) -> list[str]:
+        return list(self.results)
+
+
+def run_group(hosts: Sequence[HostSpec], fn: Callable[[HostSpec], T], *, max_workers: int = 16) -> GroupResult[T]:
+    results: dict[str, T] = {}
+    errors: dict[str, BaseException] = {}
+    with ThreadPoolExecutor(max_workers=max(1, min(max_workers, len(hosts)))) as pool:
+        futures = {host.name: pool.submit(fn, host) for host in hosts}
+        for name, future in futures.items():
+            try:
+                results[name] = future.result()
+            except Exception as exc:  # noqa: BLE001 - recorded per host, reported by the caller
+                errors[name] = exc
+    return GroupResult(results, errors)

@@ -1,0 +1,73 @@
+"""Inventory hosts as transports: names and groups resolved, `local` built in, SSH for the rest."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from specctl.errors import InputError
+from specctl.hosts.local import LOCAL, local_transport
+from specctl.hosts.transport import Transport
+
+DEFAULT_ROOT = "~/.specctl"
+
+
+@dataclass(frozen=True)
+class HostSpec:
+    """One host to act on: how to reach it and where its state lives."""
+
+    name: str
+    root: str
+    python: str | None
+    ssh_alias: str | None
+    ssh_overrides: dict[str, object]
+
+    def transport(self, *, ssh_config: str | None = None, accept_new_host_key: bool = False) -> Transport:
+        if self.name == LOCAL and self.ssh_alias is None:
+            return local_transport()
+        from specctl.hosts.ssh import SshOptions, resolve, ssh_transport
+
+        options = SshOptions(config_path=ssh_config, accept_new_host_key=accept_new_host_key)
+        return ssh_transport(self.name, resolve(self.ssh_alias or self.name, options, self.ssh_overrides), options)
+
+
+def inventory_path(explicit: str | None) -> Path | None:
+    """--inventory, else $SPECCTL_INVENTORY, else ./hosts.yaml when it exists."""
+    for candidate in (explicit, os.environ.get("SPECCTL_INVENTORY"), "hosts.yaml"):
+        if candidate and Path(candidate).exists():
+            return Path(candidate)
+        if candidate and candidate == explicit:
+            raise InputError(f"inventory {candidate} not found", fix="pass --inventory PATH to a hosts.yaml")
+    return None
+
+
+def resolve_hosts(names: Sequence[str], inventory: Path | None) -> list[HostSpec]:
+    """Host and group names in order, each host once; `local` needs no inventory entry."""
+    from specctl.profile import load_document
+    from specctl.profile.inventory import Inventory, SshTarget
+
+    inv = load_document(inventory, Inventory, "Inventory").model if inventory else None
+    hosts = dict(inv.hosts) if inv else {}
+    groups = dict(inv.groups) if inv else {}
+    out: list[HostSpec] = []
+    for name in names:
+        members = groups.get(name, [name])
+        for member in members:
+            if any(h.name == member for h in out):
+                continue
+            if member not in hosts:
+                if member == LOCAL:
+                    out.append(HostSpec(LOCAL, DEFAULT_ROOT, None, None, {}))
+                    continue
+                where = f"in {inventory}" if inventory else "(no inventory: pass --inventory or create hosts.yaml)"
+                raise InputError(f"unknown host or group {member!r} {where}", fix="add it under hosts: or groups: in the inventory")
+            entry = hosts[member]
+            alias, overrides = None, {}
+            if isinstance(entry.ssh, SshTarget):
+                overrides = {k: v for k, v in entry.ssh.model_dump().items() if v is not None}
+            elif isinstance(entry.ssh, str):
+                alias = entry.ssh
+            out.append(HostSpec(member, entry.root, entry.python, alias, overrides))
+    return out

@@ -1,0 +1,84 @@
+"""`specctl deploy` end to end on real OpenSSH hosts with the reference engine: parallel deploy,
+status, logs, an atomic switch to a new version, stop, a stale lock, a server dying at start-up."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from specctl.flows.demo import write_inputs
+from tests.integration.sshd import SshLab
+
+PORT = 31500
+
+
+@pytest.fixture
+def fleet(lab: SshLab, tmp_path: Path) -> dict[str, Any]:
+    if not lab.use_namespaces:
+        pytest.skip("several hosts on one loopback address would share the profile's port")
+    v1, v2 = write_inputs(tmp_path, PORT)
+    for path in (v1,):
+        data = yaml.safe_load(path.read_text())
+        data["engine"]["host"] = "0.0.0.0"
+        data["hosts"] = ["all"]
+        path.write_text(yaml.safe_dump(data, sort_keys=False))
+    inventory = lab.inventory(tmp_path / "hosts.yaml", sys.executable)
+    common = ["--inventory", str(inventory), "--ssh-config", str(lab.ssh_config)]
+    yield {"v1": str(v1), "v2": str(v2), "common": common, "tmp": tmp_path}
+
+
+def test_deploy_status_logs_switch_stop(cli: Any, lab: SshLab, fleet: dict[str, Any]) -> None:
+    v1, v2, common = fleet["v1"], fleet["v2"], fleet["common"]
+    result = cli("--json", "deploy", v1, *common)
+    assert result.code == 0, result.stdout + result.stderr
+    first = {h["host"]: h for h in result.json()["hosts"]}
+    assert set(first) == {"h0", "h1", "h2"} and all(h["ok"] for h in first.values())
+    status = {h["host"]: h for h in cli("--json", "status", v1, *common).json()["hosts"]}
+    assert all(h["running"] and h["healthy"] for h in status.values())
+    logs = cli("logs", v1, "--hosts", "h1", *common)
+    assert "fired up and ready to roll" in logs.stdout
+    # a new version switches `current` on every host
+    second = cli("--json", "deploy", v2, "--skip-check", *common)
+    assert second.code == 0, second.stderr
+    after = {h["host"]: h for h in cli("--json", "status", v1, *common).json()["hosts"]}
+    for host in ("h0", "h1", "h2"):
+        assert after[host]["current"] != first[host]["run_id"] and after[host]["healthy"]
+        link = lab.hosts[host].root / "tiny-llama-demo" / "current"
+        assert link.is_symlink() and link.resolve().name == after[host]["current"]
+    stopped = cli("--json", "stop", v1, *common).json()["stopped"]
+    assert stopped == {"h0": True, "h1": True, "h2": True}
+    assert not any(h["running"] for h in cli("--json", "status", v1, *common).json()["hosts"])
+
+
+def test_stale_lock_refuses_then_unlock_shows_owner(cli: Any, lab: SshLab, fleet: dict[str, Any]) -> None:
+    base = lab.hosts["h1"].root / "tiny-llama-demo"
+    base.mkdir(parents=True, exist_ok=True)
+    (base / "lock").write_text('{"user": "alice", "machine": "laptop", "pid": 4242, "since": "2026-11-28T10:00:00Z", "run_id": "x", "command": "specctl deploy"}\n')
+    result = cli("--json", "deploy", fleet["v1"], "--hosts", "h1", *fleet["common"])
+    assert result.code == 3
+    [h1] = result.json()["hosts"]
+    assert not h1["ok"] and "locked by alice@laptop pid 4242" in h1["detail"]
+    unlocked = cli("unlock", fleet["v1"], "--hosts", "h1", *fleet["common"])
+    assert unlocked.code == 0 and "alice@laptop" in unlocked.stdout and not (base / "lock").exists()
+    cli("stop", fleet["v1"], "--hosts", "h1", *fleet["common"])
+
+
+def test_server_dying_at_startup_shows_its_log_and_restores_the_previous_release(cli: Any, lab: SshLab, fleet: dict[str, Any]) -> None:
+    common = [*fleet["common"], "--hosts", "h2"]
+    assert cli("deploy", fleet["v1"], *common).code == 0
+    before = (lab.hosts["h2"].root / "tiny-llama-demo" / "current").resolve().name
+    broken = Path(fleet["tmp"]) / "profiles" / "tiny-llama-v3.yaml"
+    broken.write_text(yaml.safe_dump({"apiVersion": "specctl/v1", "kind": "Profile", "extends": "tiny-llama-v1.yaml",
+                                      "metadata": {"name": "tiny-llama-demo", "version": 3}, "drafter": {"layer_ids": [1, 3, 9]}}))
+    result = cli("--json", "deploy", str(broken), "--skip-check", *common)
+    assert result.code == 3
+    [h2] = result.json()["hosts"]
+    assert "exited during start-up" in h2["detail"] and f"restored {before}" in h2["detail"]
+    assert any("capture" in line for line in h2["log_tail"])
+    assert (lab.hosts["h2"].root / "tiny-llama-demo" / "current").resolve().name == before
+    assert cli("--json", "status", fleet["v1"], *common).json()["hosts"][0]["healthy"]
+    cli("stop", fleet["v1"], *common)
