@@ -112,6 +112,10 @@ def deploy_fleet(report: CheckReport, hosts: Sequence[HostSpec], *, command: str
         finally:
             lock.release(transport, base)
 
+    if report.inputs.profile.parallel.nnodes > 1:
+        return _deploy_multinode(report, hosts, run_id=run_id, command=command, ssh_config=ssh_config,
+                                 accept_new_host_key=accept_new_host_key, secrets_env=secrets_env, budget_s=budget_s,
+                                 on_progress=on_progress)
     group = run_group(hosts, one)
     outcomes = {h: HostOutcome(h, True, run_id, f"ready in {d.startup_s:.1f} s") for h, d in group.results.items()}
     for host, exc in group.errors.items():
@@ -131,3 +135,46 @@ def deploy_fleet(report: CheckReport, hosts: Sequence[HostSpec], *, command: str
             outcomes[host] = HostOutcome(host, False, run_id, f"rolled back to {previous or 'nothing'}: "
                                          f"{len(group.errors)} host(s) failed (max {max_failures})", rolled_back=True)
     return [outcomes[h.name] for h in hosts]
+
+
+def _deploy_multinode(report: CheckReport, hosts: Sequence[HostSpec], *, run_id: str, command: str, ssh_config: str | None,
+                      accept_new_host_key: bool, secrets_env: dict[str, str] | None, budget_s: float,
+                      on_progress: Callable[[str, str], None]) -> list[HostOutcome]:
+    """One server over several nodes: node rank r on host r, all ranks meeting at node 0's address;
+    node 0 starts first, the deploy is ready when node 0 answers, then every node switches `current`."""
+    profile = report.inputs.profile
+    name, nnodes = profile.metadata.name, profile.parallel.nnodes
+    if len(hosts) != nnodes:
+        raise HostError(f"{name} spans {nnodes} nodes but {len(hosts)} host(s) were given", host="-",
+                        fix=f"pass exactly {nnodes} hosts, node rank 0 first")
+    transports = [h.transport(ssh_config=ssh_config, accept_new_host_key=accept_new_host_key) for h in hosts]
+    roots = [rel.host_root(t, h.root) for t, h in zip(transports, hosts, strict=True)]
+    the_plan = plan(report, node0_address=transports[0].address)
+    releases = [rel.Release(t, root, name, run_id) for t, root in zip(transports, roots, strict=True)]
+    previous = [rel.linked(t, root, name) for t, root in zip(transports, roots, strict=True)]
+    for t, root in zip(transports, roots, strict=True):
+        lock.acquire(t, f"{root}/{name}", lock.owner(run_id, command))
+    try:
+        documents = {"profile.json": profile.model_dump(mode="json", by_alias=True), "plan.json": the_plan.to_dict()}
+        for rank, release in enumerate(releases):
+            on_progress(hosts[rank].name, f"writing release (node rank {rank})")
+            rel.materialize(release, the_plan, the_plan.nodes[rank], documents, overlay_sources(report, the_plan))
+            if previous[rank]:
+                rel.stop(rel.Release(release.transport, release.root, name, previous[rank]))  # type: ignore[arg-type]
+        for rank, release in enumerate(releases):  # rank 0 first: the others join it
+            rel.start(release, env=secrets_env)
+        try:
+            startup = wait_ready(releases[0], profile.engine.port, report.inputs.engine.startup_stages(), budget_s=budget_s,
+                                 on_progress=lambda stage: on_progress(hosts[0].name, stage))
+        except StartupFailed as failure:
+            for release in releases:
+                rel.stop(release)
+            return [HostOutcome(h.name, False, None, failure.message, tuple(failure.log) if rank == 0 else ())
+                    for rank, h in enumerate(hosts)]
+        for release in releases:
+            rel.switch(release)
+        return [HostOutcome(h.name, True, run_id, f"node rank {rank}" + (f", ready in {startup:.1f} s" if rank == 0 else ""))
+                for rank, h in enumerate(hosts)]
+    finally:
+        for t, root in zip(transports, roots, strict=True):
+            lock.release(t, f"{root}/{name}")

@@ -76,5 +76,5 @@ def check(profile_path: Path | str, *, offline: bool = False, assume_convention:
     return CheckReport(inputs, resolution, run_checks(inputs, resolution))
 
 
-def plan(report: CheckReport, *, baseline: bool = False) -> Plan:
-    return build_plan(report.inputs, report.resolution, baseline=baseline)
+def plan(report: CheckReport, *, baseline: bool = False, node0_address: str | None = None) -> Plan:
+    return build_plan(report.inputs, report.resolution, baseline=baseline, node0_address=node0_address)

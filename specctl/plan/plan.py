@@ -54,15 +54,19 @@ class Plan:
         return asdict(self)
 
 
-def build_plan(inputs: Inputs, resolution: CaptureResolution | None, *, baseline: bool = False) -> Plan:
-    """The launch plan of every node; `baseline` serves the same target without speculation."""
+def build_plan(inputs: Inputs, resolution: CaptureResolution | None, *, baseline: bool = False,
+               node0_address: str | None = None) -> Plan:
+    """The launch plan of every node; `baseline` serves the same target without speculation.
+
+    Multi-node ranks meet at node 0: its resolved address when a deploy knows it, else its host name.
+    """
     p = inputs.profile
     overlay = None if baseline else _overlay(inputs, resolution)
     drafter: str | None = None
     drafter_revision = None
     if p.drafter is not None and not baseline:
         drafter, drafter_revision = (OVERLAY_PATH, None) if overlay else (p.drafter.model, p.drafter.revision)
-    node0 = p.hosts[0] if p.hosts else None
+    node0 = node0_address or (p.hosts[0] if p.hosts else None)
     nodes = []
     for rank in range(p.parallel.nnodes):
         spec = LaunchSpec(

@@ -91,6 +91,9 @@ class SshLab:
             _run("ip", "netns", "exec", ns, "ip", "addr", "add", f"{subnet}.2/24", "dev", inside)
             _run("ip", "netns", "exec", ns, "ip", "link", "set", inside, "up")
             _run("ip", "netns", "exec", ns, "ip", "link", "set", "lo", "up")
+            # a route through this machine, so the hosts reach each other (multi-node rendezvous)
+            _run("ip", "netns", "exec", ns, "ip", "route", "add", "default", "via", f"{subnet}.1")
+            _run("sysctl", "-qw", "net.ipv4.ip_forward=1")
             host = SshHost(name, f"{subnet}.2", 22, hostdir / "root", ns)
         else:
             host = SshHost(name, "127.0.0.1", _free_port(), hostdir / "root", None)

@@ -82,3 +82,25 @@ def test_server_dying_at_startup_shows_its_log_and_restores_the_previous_release
     assert (lab.hosts["h2"].root / "tiny-llama-demo" / "current").resolve().name == before
     assert cli("--json", "status", fleet["v1"], *common).json()["hosts"][0]["healthy"]
     cli("stop", fleet["v1"], *common)
+
+
+def test_multi_node_profile_on_two_hosts(cli: Any, lab: SshLab, fleet: dict[str, Any]) -> None:
+    v1 = Path(fleet["v1"])
+    multi = v1.parent / "tiny-llama-2node.yaml"
+    data = yaml.safe_load(v1.read_text())
+    data["metadata"] = {"name": "tiny-llama-2node", "version": 1}
+    data["parallel"] = {"tp": 1, "nnodes": 2, "dist_init_port": 29555}
+    data["hosts"] = ["h0", "h1"]
+    data["hardware"]["gpus_per_node"] = 1
+    multi.write_text(yaml.safe_dump(data, sort_keys=False))
+    common = fleet["common"]
+    result = cli("--json", "deploy", str(multi), "--skip-check", *common)  # tp 1 over 2 nodes is a check error, fine for the rehearsal
+    assert result.code == 0, result.stdout + result.stderr
+    hosts = result.json()["hosts"]
+    assert [h["host"] for h in hosts] == ["h0", "h1"] and all(h["ok"] for h in hosts)
+    launch = [(lab.hosts[h].root / "tiny-llama-2node" / "current" / "launch.sh").read_text() for h in ("h0", "h1")]
+    addr = f"{lab.hosts['h0'].address}:29555"
+    assert "--node-rank 0" in launch[0] and "--node-rank 1" in launch[1] and all(addr in text for text in launch)
+    status = {h["host"]: h for h in cli("--json", "status", str(multi), *common).json()["hosts"]}
+    assert status["h0"]["healthy"] and status["h1"]["running"]  # rank 1 serves no HTTP, like a non-zero sglang rank
+    cli("stop", str(multi), *common)

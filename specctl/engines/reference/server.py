@@ -237,11 +237,11 @@ def make_handler(server: Server) -> type[BaseHTTPRequestHandler]:
     return Handler
 
 
-def rendezvous(args: argparse.Namespace) -> socket.socket | None:
+def rendezvous(args: argparse.Namespace) -> list[socket.socket]:
     """Multi-node: rank 0 waits for the other ranks at --dist-init-addr before serving; a non-zero rank
     connects, then lives exactly as long as rank 0 (it serves no HTTP, like a non-zero sglang rank)."""
     if args.nnodes <= 1:
-        return None
+        return []
     if not args.dist_init_addr:
         build_parser().error("--nnodes > 1 needs --dist-init-addr HOST:PORT")
     host, _, port = args.dist_init_addr.rpartition(":")
@@ -254,7 +254,7 @@ def rendezvous(args: argparse.Namespace) -> socket.socket | None:
             conn, _ = listener.accept()
             peers.append(conn)
         log("all nodes joined")
-        return listener
+        return [listener, *peers]  # kept open: the other ranks live as long as these sockets
     deadline = time.monotonic() + 600
     while True:
         try:
@@ -282,7 +282,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(f"--speculative-algorithm {args.speculative_algorithm}: the reference engine implements EAGLE3 only")
     if args.speculative_algorithm and args.speculative_eagle_topk not in (None, 1):
         parser.error("--speculative-eagle-topk must be 1: the reference engine drafts a chain")
-    rendezvous(args)
+    nodes = rendezvous(args)
     server = Server(args, " ".join(["python", "-m", "specctl.engines.reference", *argv]))
     httpd = ThreadingHTTPServer((args.host, args.port), make_handler(server))
     log(f"Uvicorn running on http://{args.host}:{args.port} (reference engine, emulating sglang {args.emulate_sglang_version})")
@@ -291,6 +291,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         httpd.serve_forever()
     except KeyboardInterrupt:
         pass
+    for node in nodes:
+        node.close()
     return 0
 
 
