@@ -12,6 +12,7 @@ import typer
 
 from specctl.cli._options import JsonOpt, OfflineOpt, ProfileArg
 from specctl.cli._output import Output
+from specctl.constants import STARTUP_BUDGET_S
 from specctl.errors import CheckFailed, HostError, InputError
 
 HostsOpt = Annotated[str | None, typer.Option("--hosts", "--host", help="Hosts or groups, comma-separated (default: the profile's).")]
@@ -21,8 +22,65 @@ AcceptOpt = Annotated[bool, typer.Option("--accept-new-host-key", help="Add an u
 
 
 def register(app: typer.Typer) -> None:
-    for fn in (deploy, status, logs, stop, unlock):
+    for fn in (hosts, deploy, status, logs, stop, unlock):
         app.command(fn.__name__)(fn)
+
+
+def hosts(
+    ctx: typer.Context,
+    names: Annotated[list[str] | None, typer.Argument(help="Hosts or groups (default: every inventory host).", show_default=False)] = None,
+    inventory: InventoryOpt = None, ssh_config: SshConfigOpt = None, accept_new_host_key: AcceptOpt = False,
+    check: Annotated[bool, typer.Option("--check", help="Connect and gather facts: GPUs, CUDA, Python, engine, disk, port.")] = False,
+    python: Annotated[str, typer.Option("--python", help="Interpreter to ask for Python and engine versions (default: the host's).")] = "",
+    engine: Annotated[str, typer.Option("--engine", help="Engine whose version to report.")] = "sglang",
+    port: Annotated[int, typer.Option("--port", help="Port to test.")] = 30000,
+    json_mode: JsonOpt = False,
+) -> None:
+    """The inventory's hosts; with --check, reachability and facts, in parallel."""
+    from rich.table import Table
+
+    from specctl.engines import get_engine
+    from specctl.facts import host as host_facts
+    from specctl.hosts.group import run_group
+    from specctl.hosts.inventory import inventory_path, resolve_hosts
+    from specctl.release import release as rel
+
+    output = _output(ctx, json_mode)
+    path = inventory_path(inventory)
+    if not names:
+        from specctl.profile import load_document
+        from specctl.profile.inventory import Inventory
+
+        names = list(load_document(path, Inventory, "Inventory").model.hosts) if path else ["local"]
+    specs = resolve_hosts(names, path)
+    if not check:
+        table = Table("host", "ssh", "root", "python", title="inventory", title_justify="left")
+        for h in specs:
+            table.add_row(h.name, h.ssh_alias or (str(h.ssh_overrides.get("hostname")) if h.ssh_overrides else "local"), h.root, h.python or "-")
+        output.result({"hosts": [{"name": h.name, "ssh": h.ssh_alias, "root": h.root, "python": h.python} for h in specs]}, table)
+        return
+    distribution = get_engine(engine).distribution()
+
+    def facts(h):  # type: ignore[no-untyped-def]
+        t = h.transport(ssh_config=ssh_config, accept_new_host_key=accept_new_host_key)
+        return host_facts.gather(t, python=python or h.python or "python3", root=rel.host_root(t, h.root), port=port,
+                                 distribution=distribution)
+
+    group = run_group(specs, facts)
+    rows = [{"host": h.name, "reachable": h.name in group.results,
+             **({"facts": group.results[h.name].to_dict()} if h.name in group.results else {"error": str(getattr(group.errors[h.name], "message", group.errors[h.name]))})}
+            for h in specs]
+    table = Table("host", "reachable", "GPUs", "CUDA", "python", engine, "free disk", f"port {port}", title="hosts", title_justify="left")
+    for r in rows:
+        f = r.get("facts") or {}
+        gpus = ", ".join(f"{g['name']} ({g['memory_mib']} MiB)" for g in f.get("gpus", ())) or "none"
+        table.add_row(r["host"], "yes" if r["reachable"] else f"NO: {r.get('error')}", gpus if f else "-", f.get("cuda") or "-",
+                      f.get("python") or "-", f.get("engine_version") or "-",
+                      f"{f['disk_free_gib']} GiB" if f.get("disk_free_gib") is not None else "-",
+                      {True: "free", False: "IN USE", None: "-"}[f.get("port_free")])
+    output.result({"hosts": rows}, table)
+    if group.errors:
+        raise typer.Exit(HostError.exit_code)
 
 
 def _hosts(profile_hosts: list[str], hosts: str | None, inventory: str | None):  # type: ignore[no-untyped-def]
@@ -46,6 +104,7 @@ def deploy(
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Show what would change on each host; change nothing.")] = False,
     max_failures: Annotated[int, typer.Option("--max-failures", help="Hosts that may fail before the others roll back.")] = 0,
     skip_check: Annotated[bool, typer.Option("--skip-check", help="Deploy even when static checks fail (recorded).")] = False,
+    startup_timeout: Annotated[float, typer.Option("--startup-timeout", help="Seconds a server may take to answer a generation.")] = STARTUP_BUDGET_S,
     ssh_config: SshConfigOpt = None, accept_new_host_key: AcceptOpt = False, json_mode: JsonOpt = False, offline: OfflineOpt = False,
 ) -> None:
     """Check a profile, then put it on its hosts: release directory, lock, stop, start, readiness, switch."""
@@ -73,7 +132,7 @@ def deploy(
     secrets_env = {name: os.environ[name] for name in p.secrets if name in os.environ}
     command = shlex.join(["specctl", *sys.argv[1:]]) + (f"  # {reason}" if reason else "")
     outcomes = deploy_fleet(report, targets, command=command, max_failures=max_failures, ssh_config=ssh_config,
-                            accept_new_host_key=accept_new_host_key, secrets_env=secrets_env,
+                            accept_new_host_key=accept_new_host_key, secrets_env=secrets_env, budget_s=startup_timeout,
                             on_progress=lambda host, stage: output.hint(f"[dim]{host}[/]: {stage}"))
     table = Table("host", "result", "release", title=f"deploy {p.metadata.name} v{p.metadata.version}", title_justify="left")
     for o in outcomes:

@@ -133,6 +133,10 @@ class Engine(Protocol):
         """argv fragments for a profile's `engine.args` (through the version's catalog when there is one)."""
         ...
 
+    def distribution(self) -> str:
+        """The Python distribution whose version is the engine version on a host."""
+        ...
+
     def startup_stages(self) -> Sequence[tuple[str, str]]:
         """(log line marker, stage shown to people) pairs, to show start-up progress from the server log."""
         ...

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 from specctl.constants import STARTUP_BUDGET_S
 from specctl.errors import HostError
+from specctl.facts import host as host_facts
 from specctl.flows.static import CheckReport, plan
 from specctl.hosts.group import run_group
 from specctl.hosts.inventory import HostSpec
@@ -58,9 +59,17 @@ def deploy_one(transport: Transport, root: str, report: CheckReport, *, baseline
     rel.materialize(release, the_plan, the_plan.nodes[0], documents, overlay_sources(report, the_plan))
     previous_id = rel.linked(transport, release.root, name)
     previous = rel.Release(transport, release.root, name, previous_id) if previous_id else None
-    if previous is not None:
-        on_progress("stopping the previous server")
-        rel.stop(previous)
+    for old in rel.running(transport, release.root, name):
+        on_progress(f"stopping {old.run_id}")
+        rel.stop(old)
+    facts = host_facts.gather(transport, python=profile.engine.python, root=release.root, port=profile.engine.port,
+                              distribution=report.inputs.engine.distribution())
+    transport.put(release.path("host-facts.json"), host_facts.to_json(facts).encode())
+    if facts.port_free is False:
+        if previous is not None:
+            rel.start(previous, env=secrets_env)
+        raise HostError(f"{transport.name}: port {profile.engine.port} is in use by something other than {name}",
+                        host=transport.name, fix="free the port, or set engine.port to another one")
     stages = report.inputs.engine.startup_stages()
     rel.start(release, env=secrets_env)
     try:
@@ -70,7 +79,7 @@ def deploy_one(transport: Transport, root: str, report: CheckReport, *, baseline
         if previous is not None:  # `current` still names it: bring it back as it was
             on_progress(f"restoring {previous.run_id}")
             rel.start(previous, env=secrets_env)
-            wait_ready(previous, profile.engine.port, stages, budget_s=budget_s, on_progress=on_progress)
+            wait_ready(previous, rel.port(previous) or profile.engine.port, stages, budget_s=budget_s, on_progress=on_progress)
             failure.restored = previous.run_id
         raise
     rel.switch(release)
@@ -130,8 +139,11 @@ def deploy_fleet(report: CheckReport, hosts: Sequence[HostSpec], *, command: str
             if previous:
                 prior = rel.Release(transport, result.release.root, name, previous)
                 rel.start(prior, env=secrets_env)
-                wait_ready(prior, report.inputs.profile.engine.port, report.inputs.engine.startup_stages(), budget_s=budget_s)
+                wait_ready(prior, rel.port(prior) or report.inputs.profile.engine.port, report.inputs.engine.startup_stages(),
+                           budget_s=budget_s)
                 rel.switch(prior)
+            else:  # the host had nothing: it goes back to nothing
+                rel.unlink(result.release)
             outcomes[host] = HostOutcome(host, False, run_id, f"rolled back to {previous or 'nothing'}: "
                                          f"{len(group.errors)} host(s) failed (max {max_failures})", rolled_back=True)
     return [outcomes[h.name] for h in hosts]

@@ -23,6 +23,7 @@ class HostSpec:
     python: str | None
     ssh_alias: str | None
     ssh_overrides: dict[str, object]
+    address: str | None = None
 
     def transport(self, *, ssh_config: str | None = None, accept_new_host_key: bool = False) -> Transport:
         if self.name == LOCAL and self.ssh_alias is None:
@@ -30,7 +31,8 @@ class HostSpec:
         from specctl.hosts.ssh import SshOptions, resolve, ssh_transport
 
         options = SshOptions(config_path=ssh_config, accept_new_host_key=accept_new_host_key)
-        return ssh_transport(self.name, resolve(self.ssh_alias or self.name, options, self.ssh_overrides), options)
+        return ssh_transport(self.name, resolve(self.ssh_alias or self.name, options, self.ssh_overrides), options,
+                             address=self.address)
 
 
 def inventory_path(explicit: str | None) -> Path | None:
@@ -69,5 +71,5 @@ def resolve_hosts(names: Sequence[str], inventory: Path | None) -> list[HostSpec
                 overrides = {k: v for k, v in entry.ssh.model_dump().items() if v is not None}
             elif isinstance(entry.ssh, str):
                 alias = entry.ssh
-            out.append(HostSpec(member, entry.root, entry.python, alias, overrides))
+            out.append(HostSpec(member, entry.root, entry.python, alias, overrides, entry.address))
     return out

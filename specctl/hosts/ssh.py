@@ -205,6 +205,6 @@ class SshRunner:
             self._jump.close()
 
 
-def ssh_transport(name: str, target: SshTarget, options: SshOptions) -> Transport:
-    """A Transport over SSH; its servers are reached at the host's address."""
-    return Transport(name, target.hostname, SshRunner(target, options))
+def ssh_transport(name: str, target: SshTarget, options: SshOptions, *, address: str | None = None) -> Transport:
+    """A Transport over SSH; its servers are reached at `address`, by default the SSH hostname."""
+    return Transport(name, address or target.hostname, SshRunner(target, options))

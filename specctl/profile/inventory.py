@@ -21,6 +21,7 @@ class SshTarget(StrictModel):
 class Host(StrictModel):
     ssh: Annotated[str | SshTarget | None, Field(description="an alias from ~/.ssh/config, or connection details")] = None
     root: Annotated[str, Field(description="remote state directory")] = "~/.specctl"
+    address: Annotated[str | None, Field(description="where its servers are reached over HTTP (default: the SSH hostname)")] = None
     python: str | None = None
     gpu: str | None = None
     gpus: Annotated[int | None, Field(ge=1)] = None

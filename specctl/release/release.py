@@ -87,6 +87,10 @@ def switch(release: Release, link: str = "current") -> None:
     t.run(["mv", "-Tf", tmp, f"{release.base}/{link}"])
 
 
+def unlink(release: Release, link: str = "current") -> None:
+    release.transport.run(["rm", "-f", f"{release.base}/{link}"])
+
+
 def linked(transport: Transport, root: str, profile: str, link: str = "current") -> str | None:
     """The run id a link points at, or None."""
     done = transport.run(["readlink", f"{root}/{profile}/{link}"], check=False)
@@ -100,13 +104,31 @@ def start(release: Release, *, env: dict[str, str] | None = None) -> int:
                                    env={**(env or {}), RELEASE_DIR_VAR: release.dir})
 
 
+def port(release: Release) -> int | None:
+    """The port a release serves on, from its own resolved profile (a previous release may differ)."""
+    raw = release.transport.read(release.path("profile.json"))
+    try:
+        return int(json.loads(raw)["engine"]["port"]) if raw else None
+    except (ValueError, KeyError, TypeError):
+        return None
+
+
 def pid(release: Release) -> int | None:
     raw = release.transport.read(release.path(PID))
     return int(raw) if raw and raw.strip().isdigit() else None
 
 
+# the shell's own kill: /bin/kill needs `--` before a negative pid and dash's builtin refuses `--`
+_SIGNAL_GROUP = 'kill -"$1" "-$2"'
+
+
+def signal_group(transport: Transport, process_group: int, signal: str) -> bool:
+    """Send a signal to a process group (0: only test that it exists); True if it was there."""
+    return transport.run(["sh", "-c", _SIGNAL_GROUP, "sh", signal, str(process_group)], check=False).rc == 0
+
+
 def alive(transport: Transport, process_group: int) -> bool:
-    return transport.run(["kill", "-0", "--", f"-{process_group}"], check=False).rc == 0
+    return signal_group(transport, process_group, "0")
 
 
 def stop(release: Release, *, timeout_s: float = 30.0) -> bool:
@@ -114,14 +136,24 @@ def stop(release: Release, *, timeout_s: float = 30.0) -> bool:
     t, group = release.transport, pid(release)
     if group is None or not alive(t, group):
         return False
-    t.run(["kill", "-TERM", "--", f"-{group}"], check=False)
+    signal_group(t, group, "TERM")
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if not alive(t, group):
             return True
         time.sleep(0.2)
-    t.run(["kill", "-KILL", "--", f"-{group}"], check=False)
+    signal_group(t, group, "KILL")
     return True
+
+
+_RUNNING = 'for f in "$1"/releases/*/server.pid; do [ -f "$f" ] || continue; p=$(cat "$f"); ' \
+           'kill -0 "-$p" 2>/dev/null && basename "${f%/server.pid}"; done; true'
+
+
+def running(transport: Transport, root: str, profile: str) -> list[Release]:
+    """Every release of the profile whose server still runs (current or not: a broken deploy may leave one)."""
+    done = transport.run(["sh", "-c", _RUNNING, "sh", f"{root}/{profile}"])
+    return [Release(transport, root, profile, run_id) for run_id in done.stdout.split()]
 
 
 def log_tail(release: Release, lines: int = 20) -> list[str]:

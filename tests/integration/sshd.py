@@ -82,7 +82,7 @@ class SshLab:
         _run("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(hostdir / "host_key"))
         if self.use_namespaces:
             ns, outside, inside = f"sc{self.tag}h{index}", f"sc{self.tag}h{index}a", f"sc{self.tag}h{index}b"
-            subnet = f"10.233.{index + 10}"
+            subnet = f"10.{100 + os.getpid() % 100}.{index + 10}"  # per run, so concurrent runs never collide
             _run("ip", "netns", "add", ns)
             _run("ip", "link", "add", outside, "type", "veth", "peer", "name", inside)
             _run("ip", "link", "set", inside, "netns", ns)
@@ -153,7 +153,10 @@ class SshLab:
             self.stop_sshd(host)
             for pidfile in host.root.rglob("server.pid"):  # servers a test left running: their process groups
                 subprocess.run(["kill", "-KILL", "--", f"-{pidfile.read_text().strip()}"], capture_output=True)
-            if host.namespace:
+            if host.namespace:  # anything still inside would keep the namespace, its link and its address alive
+                pids = subprocess.run(["ip", "netns", "pids", host.namespace], capture_output=True, text=True).stdout.split()
+                if pids:
+                    subprocess.run(["kill", "-KILL", *pids], capture_output=True)
                 subprocess.run(["ip", "netns", "del", host.namespace], capture_output=True)
         for i in range(len(self.hosts)):
             subprocess.run(["ip", "link", "del", f"sc{self.tag}h{i}a"], capture_output=True)

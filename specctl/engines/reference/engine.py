@@ -19,6 +19,9 @@ class ReferenceEngine(SGLangEngine):
 
     name = "reference"
 
+    def distribution(self) -> str:
+        return "specctl"
+
     def argv(self, spec: LaunchSpec) -> list[str]:
         argv = super().argv(spec)
         emulate = ["--emulate-sglang-version", spec.engine_version] if spec.engine_version else []

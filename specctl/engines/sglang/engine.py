@@ -93,6 +93,9 @@ class SGLangEngine:
             catalog = FlagCatalog(self.name, version, ())
         return catalog.render(args)
 
+    def distribution(self) -> str:
+        return "sglang"
+
     def startup_stages(self) -> Sequence[tuple[str, str]]:
         # log lines of sglang's model runner and HTTP server, in the order they appear
         return (("Load weight begin", "loading weights"), ("Load weight end", "weights loaded"),

@@ -1,0 +1,77 @@
+"""Host facts, recorded with every run: GPUs (nvidia-smi when present), CUDA, Python, engine version,
+free disk, whether the port is free. One remote command gathers them all (latency matters)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from specctl.hosts.transport import Transport
+
+# $1 python, $2 state root, $3 port, $4 engine distribution. Prints one JSON object per fact line.
+_FACTS = r'''
+py="$1"; root="$2"; port="$3"; dist="$4"
+if command -v nvidia-smi >/dev/null 2>&1; then
+  nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader,nounits 2>/dev/null | sed 's/^/gpu=/'
+  nvidia-smi 2>/dev/null | sed -n 's/.*CUDA Version: *\([0-9.]*\).*/cuda=\1/p' | head -n 1
+fi
+p="$root"; while [ ! -e "$p" ]; do p=$(dirname "$p"); done
+df -Pk "$p" | awk 'NR==2 {print "disk_free_kib=" $4}'
+"$py" - "$port" "$dist" <<'PY' 2>/dev/null || echo "python=missing"
+import platform, socket, sys
+from importlib.metadata import version, PackageNotFoundError
+print("python=" + platform.python_version())
+try:
+    print("engine=" + version(sys.argv[2]))
+except PackageNotFoundError:
+    print("engine=missing")
+s = socket.socket()
+s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as servers bind: TIME_WAIT leftovers do not count
+try:
+    s.bind(("0.0.0.0", int(sys.argv[1])))
+    print("port_free=yes")
+except OSError:
+    print("port_free=no")
+PY
+'''
+
+
+@dataclass(frozen=True)
+class HostFacts:
+    """What a host is, as data."""
+
+    host: str
+    gpus: tuple[dict[str, Any], ...]
+    cuda: str | None
+    python: str | None
+    engine_version: str | None
+    disk_free_gib: float | None
+    port: int
+    port_free: bool | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def gather(transport: Transport, *, python: str, root: str, port: int, distribution: str) -> HostFacts:
+    done = transport.run(["sh", "-c", _FACTS, "sh", python, root, str(port), distribution], check=False, timeout_s=60)
+    gpus, values = [], {}
+    for line in done.stdout.splitlines():
+        key, _, value = line.partition("=")
+        if key == "gpu":
+            name, memory, driver = (part.strip() for part in (value.split(",") + ["", ""])[:3])
+            gpus.append({"name": name, "memory_mib": int(memory) if memory.isdigit() else None, "driver": driver})
+        else:
+            values[key] = value.strip()
+    free = values.get("disk_free_kib")
+    return HostFacts(
+        transport.name, tuple(gpus), values.get("cuda"), None if values.get("python") in (None, "missing") else values["python"],
+        None if values.get("engine") in (None, "missing") else values["engine"],
+        round(int(free) / 1024**2, 2) if free and free.isdigit() else None, port,
+        {"yes": True, "no": False}.get(values.get("port_free", "")),
+    )
+
+
+def to_json(facts: HostFacts) -> str:
+    return json.dumps(facts.to_dict(), indent=2, sort_keys=True) + "\n"

@@ -1,0 +1,195 @@
+"""Faults on real OpenSSH hosts: each leaves every host in a known state and says what happened."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from specctl.flows.demo import write_inputs
+from specctl.hosts.ssh import SshOptions, resolve, ssh_transport
+from tests.integration.proxy import DelayProxy
+from tests.integration.sshd import SshLab
+
+PORT = 31600
+NAME = "tiny-llama-demo"
+
+
+@pytest.fixture
+def env(lab: SshLab, tmp_path: Path) -> Iterator[dict[str, Any]]:
+    if not lab.use_namespaces:
+        pytest.skip("several hosts on one loopback address would share the profile's port")
+    v1, _ = write_inputs(tmp_path, PORT)
+    data = yaml.safe_load(v1.read_text())
+    data["engine"]["host"] = "0.0.0.0"
+    data["hosts"] = ["all"]
+    v1.write_text(yaml.safe_dump(data, sort_keys=False))
+    inventory = lab.inventory(tmp_path / "hosts.yaml", sys.executable)
+    yield {"v1": str(v1), "inventory": inventory, "common": ["--inventory", str(inventory), "--ssh-config", str(lab.ssh_config)],
+           "tmp": tmp_path}
+    for host in lab.hosts.values():  # every test leaves the lab as it found it
+        if not host.alive():
+            lab.start_sshd(host)
+        for pidfile in host.root.rglob("server.pid"):
+            subprocess.run(["kill", "-KILL", "--", f"-{pidfile.read_text().strip()}"], capture_output=True)
+
+
+def current(lab: SshLab, host: str) -> str | None:
+    link = lab.hosts[host].root / NAME / "current"
+    return link.resolve().name if link.is_symlink() else None
+
+
+def test_hosts_check_reports_facts(cli: Any, lab: SshLab, env: dict[str, Any]) -> None:
+    result = cli("--json", "hosts", "--check", "--python", sys.executable, "--engine", "reference", "--port", str(PORT), *env["common"])
+    assert result.code == 0, result.stderr
+    rows = {r["host"]: r for r in result.json()["hosts"]}
+    assert set(rows) == {"h0", "h1", "h2"}
+    for row in rows.values():
+        facts = row["facts"]
+        assert row["reachable"] and facts["python"] == ".".join(map(str, sys.version_info[:3]))
+        assert facts["engine_version"] and facts["port_free"] is True and facts["disk_free_gib"] > 0 and facts["gpus"] == []
+
+
+def test_host_down_before_deploy(cli: Any, lab: SshLab, env: dict[str, Any]) -> None:
+    before = {h: current(lab, h) for h in ("h0", "h1")}
+    lab.stop_sshd(lab.hosts["h2"])
+    strict = cli("--json", "deploy", env["v1"], *env["common"])
+    assert strict.code == 3
+    rows = {h["host"]: h for h in strict.json()["hosts"]}
+    assert "cannot connect" in rows["h2"]["detail"]
+    assert rows["h0"]["rolled_back"] and rows["h1"]["rolled_back"]  # --max-failures 0: the others go back
+    assert {h: current(lab, h) for h in ("h0", "h1")} == before  # back to what they had
+    tolerant = cli("--json", "deploy", env["v1"], "--max-failures", "1", *env["common"])
+    assert tolerant.code == 3
+    rows = {h["host"]: h for h in tolerant.json()["hosts"]}
+    assert rows["h0"]["ok"] and rows["h1"]["ok"] and not rows["h2"]["ok"], rows
+    cli("stop", env["v1"], "--hosts", "h0,h1", *env["common"])
+
+
+def test_readiness_timeout_restores_the_previous_release(cli: Any, lab: SshLab, env: dict[str, Any]) -> None:
+    common = [*env["common"], "--hosts", "h0"]
+    assert cli("deploy", env["v1"], *common).code == 0
+    before = current(lab, "h0")
+    hang = Path(env["tmp"]) / "hang.sh"
+    hang.write_text("#!/bin/sh\nexec sleep 600\n")
+    hang.chmod(0o755)
+    slow = Path(env["tmp"]) / "profiles" / "slow.yaml"
+    slow.write_text(yaml.safe_dump({"apiVersion": "specctl/v1", "kind": "Profile", "extends": "tiny-llama-v1.yaml",
+                                    "metadata": {"name": NAME, "version": 5}, "engine": {"python": str(hang)}}))
+    result = cli("--json", "deploy", str(slow), "--startup-timeout", "3", *common)
+    assert result.code == 3
+    [row] = result.json()["hosts"]
+    assert "no generation within the 3 s start-up budget" in row["detail"] and f"restored {before}" in row["detail"]
+    assert current(lab, "h0") == before
+    assert cli("--json", "status", env["v1"], *common).json()["hosts"][0]["healthy"]
+    cli("stop", env["v1"], *common)
+
+
+def test_port_already_in_use(cli: Any, lab: SshLab, env: dict[str, Any], ssh_options: SshOptions) -> None:
+    before = current(lab, "h1")
+    t = ssh_transport("h1", resolve("h1", ssh_options), ssh_options)
+    root = str(lab.hosts["h1"].root)
+    squatter = t.start([sys.executable, "-c", f"import socket,time; s=socket.create_server(('0.0.0.0', {PORT})); time.sleep(600)"],
+                       cwd=root, log=f"{root}/squatter.log", pidfile=f"{root}/squatter.pid")
+    time.sleep(0.5)
+    result = cli("--json", "deploy", env["v1"], "--hosts", "h1", *env["common"])
+    t.run(["kill", "--", f"-{squatter}"], check=False)
+    assert result.code == 3
+    [row] = result.json()["hosts"]
+    assert f"port {PORT} is in use" in row["detail"]
+    assert current(lab, "h1") == before  # nothing switched
+
+
+def test_changed_host_key_refuses_the_deploy(cli: Any, lab: SshLab, env: dict[str, Any], tmp_path: Path) -> None:
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(tmp_path / "other")], check=True)
+    known = tmp_path / "known_hosts"
+    known.write_text(lab.known_hosts_line(lab.hosts["h0"], (tmp_path / "other.pub").read_text().split()[1]))
+    config = tmp_path / "ssh_config"
+    config.write_text(lab.ssh_config.read_text().replace(str(lab.known_hosts), str(known)))
+    before = current(lab, "h0")
+    result = cli("--json", "deploy", env["v1"], "--hosts", "h0", "--inventory", str(env["inventory"]), "--ssh-config", str(config),
+                 "--accept-new-host-key")
+    assert result.code == 3
+    [row] = result.json()["hosts"]
+    assert "CHANGED" in row["detail"] and row["detail"].count("SHA256:") == 2
+    assert current(lab, "h0") == before
+
+
+def test_disk_full_on_the_host(cli: Any, lab: SshLab, env: dict[str, Any], tmp_path: Path, ssh_options: SshOptions) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root")
+    full = tmp_path / "full"
+    full.mkdir()
+    t = ssh_transport("h2", resolve("h2", ssh_options), ssh_options)  # mounted on the host: it has its own mount namespace
+    t.run(["mount", "-t", "tmpfs", "-o", "size=8k", "tmpfs", str(full)])
+    try:
+        inventory = tmp_path / "hosts-full.yaml"
+        inventory.write_text(Path(env["inventory"]).read_text().replace(f"root: {lab.hosts['h2'].root}", f"root: {full}"))
+        result = cli("--json", "deploy", env["v1"], "--hosts", "h2", "--inventory", str(inventory), "--ssh-config", str(lab.ssh_config))
+        assert result.code == 3
+        [row] = result.json()["hosts"]
+        assert "No space left on device" in row["detail"]
+        assert not (full / NAME / "current").exists()
+    finally:
+        t.run(["umount", str(full)], check=False)
+
+
+def test_sshd_killed_in_the_middle_of_a_deploy(cli: Any, lab: SshLab, env: dict[str, Any]) -> None:
+    common = [*env["common"], "--hosts", "h1"]
+    assert cli("deploy", env["v1"], *common).code == 0
+    before = current(lab, "h1")
+    results: list[Any] = []
+    worker = threading.Thread(target=lambda: results.append(cli("--json", "deploy", env["v1"], *common)))
+    worker.start()
+    releases = lab.hosts["h1"].root / NAME / "releases"
+    deadline = time.monotonic() + 30
+    while len(list(releases.iterdir())) < 2:  # the new release directory is being written
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    lab.stop_sshd(lab.hosts["h1"])
+    subprocess.run(["pkill", "-f", f"sshd.*{lab.hosts['h1'].name}"], capture_output=True)
+    worker.join(timeout=120)
+    [result] = results
+    assert result.code == 3
+    assert not result.json()["hosts"][0]["ok"]
+    assert current(lab, "h1") in (before, *[p.name for p in releases.iterdir()])  # never without a current
+    lab.start_sshd(lab.hosts["h1"])
+    again = cli("--json", "deploy", env["v1"], *common)  # the next deploy works, whatever was left running
+    assert again.code == 0, again.stdout + again.stderr
+    assert cli("--json", "status", env["v1"], *common).json()["hosts"][0]["healthy"]
+    cli("stop", env["v1"], *common)
+
+
+def test_latency_and_packet_loss_on_one_host(cli: Any, lab: SshLab, env: dict[str, Any], tmp_path: Path) -> None:
+    h2 = lab.hosts["h2"]
+    proxy = DelayProxy((h2.address, h2.port), 0.2)  # 200 ms each way in front of its sshd
+    assert h2.namespace is not None
+    rules = ["nft add table inet specctl", "nft add chain inet specctl input { type filter hook input priority 0 ; }",
+             "nft add rule inet specctl input numgen random mod 100 < 5 drop"]  # 5 % of packets into the host
+    for rule in rules:
+        subprocess.run(["ip", "netns", "exec", h2.namespace, *rule.split()], check=True)
+    try:
+        config = tmp_path / "ssh_config"
+        config.write_text(lab.ssh_config.read_text().replace(f"HostName {h2.address}\n  Port {h2.port}",
+                                                              f"HostName 127.0.0.1\n  Port {proxy.port}"))
+        known = lab.known_hosts.read_text()
+        (tmp_path / "known").write_text(known + f"[127.0.0.1]:{proxy.port} ssh-ed25519 {h2.host_key_pub}\n")
+        config.write_text(config.read_text().replace(str(lab.known_hosts), str(tmp_path / "known")))
+        start = time.monotonic()
+        inventory = tmp_path / "hosts-slow.yaml"  # SSH through the proxy; HTTP straight to the host
+        inventory.write_text(Path(env["inventory"]).read_text().replace("  h2:\n", f"  h2:\n    address: {h2.address}\n"))
+        result = cli("--json", "deploy", env["v1"], "--hosts", "h2", "--inventory", str(inventory), "--ssh-config", str(config))
+        assert result.code == 0, result.stdout + result.stderr
+        assert time.monotonic() - start > 2  # the latency was really there
+    finally:
+        proxy.close()
+        subprocess.run(["ip", "netns", "exec", h2.namespace, "nft", "delete", "table", "inet", "specctl"], check=False)
+    cli("stop", env["v1"], "--hosts", "h2", *env["common"])
