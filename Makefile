@@ -56,6 +56,8 @@ bench: $(STAMP) $(HUB)/.built sglang-env
 	$(BIN)/python benchmarks/startup.py
 	$(BIN)/python benchmarks/sparse_checkpoint.py
 	$(BIN)/python benchmarks/probe.py --python $(SGLANG_VENV)/bin/python
+	$(BIN)/python benchmarks/reference_engine.py
+	$(BIN)/python benchmarks/deploy_scaling.py
 
 clean:
 	rm -rf $(VENV) .cache .pytest_cache .mypy_cache
