@@ -104,3 +104,24 @@ def test_multi_node_profile_on_two_hosts(cli: Any, lab: SshLab, fleet: dict[str,
     status = {h["host"]: h for h in cli("--json", "status", str(multi), *common).json()["hosts"]}
     assert status["h0"]["healthy"] and status["h1"]["running"]  # rank 1 serves no HTTP, like a non-zero sglang rank
     cli("stop", str(multi), *common)
+
+
+def test_dry_run_changes_nothing(cli: Any, lab: SshLab, fleet: dict[str, Any]) -> None:
+    before = sorted(p.name for p in lab.hosts["h0"].root.rglob("*"))
+    result = cli("--json", "deploy", fleet["v1"], "--dry-run", "--hosts", "h0", *fleet["common"])
+    assert result.code == 0, result.stderr
+    [row] = result.json()["dry_run"]
+    assert row["host"] == "h0" and row["would_deploy"].startswith("v1")
+    assert sorted(p.name for p in lab.hosts["h0"].root.rglob("*")) == before
+
+
+def test_inventory_strings_reach_the_host_as_data(cli: Any, lab: SshLab, fleet: dict[str, Any], tmp_path: Path) -> None:
+    odd = tmp_path / "state dir; touch /tmp/pwned-$(id -u) 'quoted' `x`"
+    inventory = tmp_path / "hosts-odd.yaml"
+    inventory.write_text(yaml.safe_dump({"apiVersion": "specctl/v1", "kind": "Inventory",
+                                         "hosts": {"h0": {"ssh": "h0", "root": str(odd), "python": sys.executable}}}))
+    result = cli("--json", "deploy", fleet["v1"], "--hosts", "h0", "--inventory", str(inventory), "--ssh-config", str(lab.ssh_config))
+    assert result.code == 0, result.stdout + result.stderr
+    assert (odd / "tiny-llama-demo" / "current" / "launch.sh").exists()
+    assert not list(Path("/tmp").glob("pwned-*"))
+    cli("stop", fleet["v1"], "--hosts", "h0", "--inventory", str(inventory), "--ssh-config", str(lab.ssh_config))
