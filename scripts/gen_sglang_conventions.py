@@ -26,7 +26,7 @@ import sys
 import zipfile
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -556,18 +556,9 @@ def fit_formula(values: dict[int, int]) -> str:
     raise DerivationError(f"no formula fits {values}")
 
 
-@dataclass(frozen=True)
-class Behaviour:
-    supported: bool
-    source: str
-    default: tuple[str, ...] = ()
-    explicit: str | None = None
-    max_position: str | None = None
-    beyond: str | None = None
-    negative: str | None = None
-    embedding: str | None = None
-    capture_site: str = ""
-    note: str = ""
+# One release's behaviour is a CaptureRule whose release range is not known yet (first = last = "");
+# build_table groups equal behaviours of consecutive releases and fills the range in.
+Behaviour = CaptureRule
 
 
 def derive(release: Release, architecture: str) -> Behaviour:
@@ -575,10 +566,10 @@ def derive(release: Release, architecture: str) -> Behaviour:
     if info is None:
         if release.class_infos(architecture):
             raise DerivationError(f"{release.version}: {architecture} is defined but not registered in EntryClass")
-        return Behaviour(False, "", note="class not in this release")
+        return Behaviour(architecture, "", "", "", False, note="class not in this release")
     found = find_method(release, info, SETTER)
     if found is None:
-        return Behaviour(False, f"{info.file}:{info.name}", note=f"{architecture} has no {SETTER}")
+        return Behaviour(architecture, "", "", f"{info.file}:{info.name}", False, note=f"{architecture} has no {SETTER}")
     where, setter_node = found
     source = f"{where.file}:{where.name}.{SETTER}"
     params = [a.arg for a in setter_node.args.args][1:]
@@ -623,8 +614,8 @@ def derive(release: Release, architecture: str) -> Behaviour:
             f"{release.version} {architecture} ({source}): {len(candidates)} named rules reproduce the real "
             f"outputs ({candidates}); add a rule to specctl/engines/sglang/capture.py. Sample: {sample}")
     note = "" if takes_ids else "setter takes no ids: the drafter's ids are ignored"
-    return Behaviour(True, source, default, candidates[0], mech.max_position, beyond, negative, mech.embedding,
-                     mech.site, note)
+    return Behaviour(architecture, "", "", source, True, default, candidates[0], mech.max_position, beyond, negative,
+                     mech.embedding, mech.site, note)
 
 
 def _agrees(rule: CaptureRule, key: tuple[int, tuple[int, ...] | None], obs: Observation, mech: Mechanism) -> bool:
@@ -658,10 +649,7 @@ def build_table(releases: Sequence[str], derived: dict[str, dict[str, Behaviour]
         start = 0
         for i in range(1, len(releases) + 1):
             if i == len(releases) or derived[releases[i]][arch] != derived[releases[start]][arch]:
-                b = derived[releases[start]][arch]
-                rows.append(CaptureRule(arch, releases[start], releases[i - 1], b.source, b.supported, b.default,
-                                        b.explicit, b.max_position, b.beyond, b.negative, b.embedding,
-                                        b.capture_site, b.note).to_json())
+                rows.append(replace(derived[releases[start]][arch], first=releases[start], last=releases[i - 1]).to_json())
                 start = i
     return {
         "generated_by": "scripts/gen_sglang_conventions.py",
@@ -701,8 +689,7 @@ def restrict(table: dict[str, Any], releases: Sequence[str], architectures: Sequ
             row = shipped.rule_for(version, arch)
             if row is None:
                 raise KeyError(f"shipped table has no row for {arch} at {version}")
-            derived[version][arch] = Behaviour(row.supported, row.source, row.default, row.explicit, row.max_position,
-                                               row.beyond, row.negative, row.embedding, row.capture_site, row.note)
+            derived[version][arch] = replace(row, first="", last="")
     return build_table(releases, derived, architectures)
 
 
