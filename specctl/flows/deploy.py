@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from specctl.constants import STARTUP_BUDGET_S
 from specctl.errors import HostError
@@ -40,6 +41,18 @@ def overlay_sources(report: CheckReport, p: Plan) -> dict[str, str]:
                     fix="download the drafter and point drafter.model at its directory")
 
 
+def release_documents(report: CheckReport, p: Plan) -> dict[str, Any]:
+    """What a release keeps of its inputs: resolved profile, plan, manifest, checkpoint facts."""
+    inputs = report.inputs
+    return {
+        "profile.json": inputs.profile.model_dump(mode="json", by_alias=True),
+        "plan.json": p.to_dict(),
+        "manifest.json": inputs.manifest.model_dump(mode="json", by_alias=True) if inputs.manifest else None,
+        "facts.json": {"target": inputs.target.summary() if inputs.target else None,
+                       "drafter": inputs.drafter.summary() if inputs.drafter else None},
+    }
+
+
 def deploy_one(transport: Transport, root: str, report: CheckReport, *, baseline: bool = False, run_id: str | None = None,
                secrets_env: dict[str, str] | None = None, budget_s: float = STARTUP_BUDGET_S,
                on_progress: Callable[[str], None] = lambda stage: None) -> Deployed:
@@ -48,15 +61,8 @@ def deploy_one(transport: Transport, root: str, report: CheckReport, *, baseline
     profile = report.inputs.profile
     name = profile.metadata.name + ("-baseline" if baseline else "")
     release = rel.Release(transport, rel.host_root(transport, root), name, run_id or rel.new_run_id())
-    documents = {
-        "profile.json": profile.model_dump(mode="json", by_alias=True),
-        "plan.json": the_plan.to_dict(),
-        "manifest.json": report.inputs.manifest.model_dump(mode="json", by_alias=True) if report.inputs.manifest else None,
-        "facts.json": {"target": report.inputs.target.summary() if report.inputs.target else None,
-                       "drafter": report.inputs.drafter.summary() if report.inputs.drafter else None},
-    }
     on_progress("writing release")
-    rel.materialize(release, the_plan, the_plan.nodes[0], documents, overlay_sources(report, the_plan))
+    rel.materialize(release, the_plan, the_plan.nodes[0], release_documents(report, the_plan), overlay_sources(report, the_plan))
     previous_id = rel.linked(transport, release.root, name)
     previous = rel.Release(transport, release.root, name, previous_id) if previous_id else None
     for old in rel.running(transport, release.root, name):
@@ -167,7 +173,7 @@ def _deploy_multinode(report: CheckReport, hosts: Sequence[HostSpec], *, run_id:
     for t, root in zip(transports, roots, strict=True):
         lock.acquire(t, f"{root}/{name}", lock.owner(run_id, command))
     try:
-        documents = {"profile.json": profile.model_dump(mode="json", by_alias=True), "plan.json": the_plan.to_dict()}
+        documents = release_documents(report, the_plan)
         for rank, release in enumerate(releases):
             on_progress(hosts[rank].name, f"writing release (node rank {rank})")
             rel.materialize(release, the_plan, the_plan.nodes[rank], documents, overlay_sources(report, the_plan))

@@ -6,7 +6,6 @@ from __future__ import annotations
 import argparse
 import json
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -15,20 +14,11 @@ from specctl.engines.reference.speculate import Generation, ReferenceEngine, res
 from specctl.plan.capture import layers_of
 
 
-@dataclass
-class Output:
-    """A Generation plus sglang's finish_reason shape."""
-
-    generation: Generation
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.generation, name)
-
-    def finish_reason_dict(self) -> dict[str, Any]:
-        g = self.generation
-        if g.finish_reason == "stop":
-            return {"type": "stop", "matched": g.output_ids[-1] if g.output_ids else None}
-        return {"type": "length", "length": g.completion_tokens}
+def finish_reason(g: Generation) -> dict[str, Any]:
+    """sglang's finish_reason shape."""
+    if g.finish_reason == "stop":
+        return {"type": "stop", "matched": g.output_ids[-1] if g.output_ids else None}
+    return {"type": "length", "length": g.completion_tokens}
 
 
 class Runtime:
@@ -39,8 +29,8 @@ class Runtime:
         self.drafter_ids = drafter_ids
         self.config = json.loads((Path(target_dir) / "config.json").read_text())
 
-    def generate(self, prompt_ids: Sequence[int], max_new_tokens: int) -> Output:
-        return Output(self.engine.generate(prompt_ids, max_new_tokens))
+    def generate(self, prompt_ids: Sequence[int], max_new_tokens: int) -> Generation:
+        return self.engine.generate(prompt_ids, max_new_tokens)
 
     def encode(self, text: str) -> list[int]:
         return tokenizer.encode(text)

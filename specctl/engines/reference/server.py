@@ -113,20 +113,16 @@ class Server:
             if out.spec_verify_ct:
                 self.lifetime["completion_tokens"] += out.completion_tokens
                 self.lifetime["verify_ct"] += out.spec_verify_ct
+        from specctl.engines.reference.runtime import finish_reason
+
         meta: dict[str, Any] = {
-            "id": uuid.uuid4().hex, "finish_reason": out.finish_reason_dict(), "prompt_tokens": len(prompt_ids),
+            "id": uuid.uuid4().hex, "finish_reason": finish_reason(out), "prompt_tokens": len(prompt_ids),
             "weight_version": "default", "num_retractions": 0, "reasoning_tokens": 0,
             "completion_tokens": out.completion_tokens, "cached_tokens": 0, "e2e_latency": e2e,
         }
         if self.args.enable_metrics:
             meta["first_token_latency"] = out.first_token_s
-        if out.spec_verify_ct:
-            meta |= {
-                "spec_verify_ct": out.spec_verify_ct, "spec_accept_length": out.completion_tokens / out.spec_verify_ct,
-                "spec_accept_rate": out.spec_num_correct_drafts / out.spec_num_proposed_drafts if out.spec_num_proposed_drafts else 0.0,
-                "spec_num_correct_drafts": out.spec_num_correct_drafts, "spec_num_proposed_drafts": out.spec_num_proposed_drafts,
-                "spec_correct_drafts_histogram": list(out.spec_correct_drafts_histogram),
-            }
+        meta |= out.spec_meta_info()  # empty when sglang would leave the spec_* keys out
         return {"text": self.runtime.decode(out.output_ids), "output_ids": list(out.output_ids), "meta_info": meta}
 
     def server_info(self) -> dict[str, Any]:

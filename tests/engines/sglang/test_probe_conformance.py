@@ -94,7 +94,6 @@ def test_check_with_the_engine_names_the_kimi_mismatch_and_the_overlay_is_confir
     codes = {f.code: f for f in report.findings}
     assert "probe-agrees" in codes and "probe-disagrees" not in codes
     overlay = codes["capture-overlay"]
-    assert overlay.values["config_captured_positions" if "config_captured_positions" in overlay.values else "config_captured_layers"]
     assert overlay.values["config_captured_layers"] == [1, 29, 57]  # ids [2, 30, 58] -> positions [2, 30, 58]
     assert overlay.values["ids"] == [3, 31, 59] and overlay.values["captured_positions"] == [3, 31, 59]
     assert report.inputs.probe is not None and report.inputs.probe.version == VERSION
