@@ -2,7 +2,8 @@
 (a delaying proxy: the kernel here has no netem), in one run. Needs root (network namespaces).
 
 Each host runs the reference engine with the tiny models; on this 2-core machine their start-ups
-compete for the CPU, so the script also reports the time spent outside waiting for readiness.
+compete for the CPU, so the script also reports the time spent outside waiting for readiness. The
+proxies run in their own process, as the network would: they do not share specctl's interpreter.
 
     sudo .venv/bin/python benchmarks/deploy_scaling.py [--latency-ms 50]
 """
@@ -12,9 +13,12 @@ from __future__ import annotations
 import argparse
 import io
 import json
+import multiprocessing
 import sys
+import threading
 import tempfile
 import time
+from multiprocessing.connection import Connection
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -28,6 +32,20 @@ from tests.integration.proxy import DelayProxy  # noqa: E402
 from tests.integration.sshd import SshLab, namespaces_work  # noqa: E402
 
 
+def _serve_proxy(upstream: tuple[str, int], delay_s: float, conn: Connection) -> None:
+    proxy = DelayProxy(upstream, delay_s)
+    conn.send(proxy.port)
+    threading.Event().wait()
+
+
+def _proxy_process(upstream: tuple[str, int], delay_s: float) -> tuple[int, multiprocessing.Process]:
+    """A delaying proxy in a process of its own; returns its port."""
+    parent, child = multiprocessing.Pipe()
+    process = multiprocessing.get_context("fork").Process(target=_serve_proxy, args=(upstream, delay_s, child), daemon=True)
+    process.start()
+    return int(parent.recv()), process
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--latency-ms", type=float, default=50.0)
@@ -37,17 +55,17 @@ def main() -> int:
         return 2
     work = Path(tempfile.mkdtemp())
     lab = SshLab(work / "lab", True)
-    proxies: list[DelayProxy] = []
+    proxies: list[multiprocessing.Process] = []
     try:
         lab.start(8)
         config = lab.ssh_config.read_text()
         known = lab.known_hosts.read_text()
         lines = ["apiVersion: specctl/v1", "kind: Inventory", "hosts:"]
         for host in lab.hosts.values():
-            proxy = DelayProxy((host.address, host.port), args.latency_ms / 1000)
-            proxies.append(proxy)
-            config = config.replace(f"HostName {host.address}\n  Port {host.port}", f"HostName 127.0.0.1\n  Port {proxy.port}")
-            known += f"[127.0.0.1]:{proxy.port} ssh-ed25519 {host.host_key_pub}\n"
+            proxy_port, process = _proxy_process((host.address, host.port), args.latency_ms / 1000)
+            proxies.append(process)
+            config = config.replace(f"HostName {host.address}\n  Port {host.port}", f"HostName 127.0.0.1\n  Port {proxy_port}")
+            known += f"[127.0.0.1]:{proxy_port} ssh-ed25519 {host.host_key_pub}\n"
             lines += [f"  {host.name}:", f"    ssh: {host.name}", f"    root: {host.root}", f"    address: {host.address}"]
         (work / "known").write_text(known)
         (work / "ssh_config").write_text(config.replace(str(lab.known_hosts), str(work / "known")))
@@ -76,8 +94,9 @@ def main() -> int:
                   f"outside it {wall - ready:.2f} s, exit {code})")
         return 0
     finally:
-        for proxy in proxies:
-            proxy.close()
+        for process in proxies:
+            process.kill()
+            process.join()
         lab.stop()
 
 

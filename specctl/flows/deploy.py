@@ -28,6 +28,7 @@ class Deployed:
     plan: Plan
     url: str
     startup_s: float
+    previous: str | None  # the run `current` named before this deploy
 
 
 def overlay_sources(report: CheckReport, p: Plan) -> dict[str, str]:
@@ -62,12 +63,12 @@ def deploy_one(transport: Transport, root: str, report: CheckReport, *, baseline
     name = profile.metadata.name + ("-baseline" if baseline else "")
     release = rel.Release(transport, rel.host_root(transport, root), name, run_id or rel.new_run_id())
     on_progress("writing release")
-    rel.materialize(release, the_plan, the_plan.nodes[0], release_documents(report, the_plan), overlay_sources(report, the_plan))
+    rel.materialize(release, rel.release_files(the_plan, the_plan.nodes[0], release_documents(report, the_plan),
+                                               overlay_sources(report, the_plan)))
     previous_id = rel.linked(transport, release.root, name)
     previous = rel.Release(transport, release.root, name, previous_id) if previous_id else None
-    for old in rel.running(transport, release.root, name):
-        on_progress(f"stopping {old.run_id}")
-        rel.stop(old)
+    on_progress("stopping the running server")
+    rel.stop_running(transport, release.root, name)
     facts = host_facts.gather(transport, python=profile.engine.python, root=release.root, port=profile.engine.port,
                               distribution=report.inputs.engine.distribution())
     transport.put(release.path("host-facts.json"), host_facts.to_json(facts).encode())
@@ -77,9 +78,10 @@ def deploy_one(transport: Transport, root: str, report: CheckReport, *, baseline
         raise HostError(f"{transport.name}: port {profile.engine.port} is in use by something other than {name}",
                         host=transport.name, fix="free the port, or set engine.port to another one")
     stages = report.inputs.engine.startup_stages()
-    rel.start(release, env=secrets_env)
+    group = rel.start(release, env=secrets_env)
     try:
-        startup = wait_ready(release, profile.engine.port, stages, budget_s=budget_s, on_progress=on_progress)
+        startup = wait_ready(release, profile.engine.port, stages, budget_s=budget_s, on_progress=on_progress,
+                             process_group=group)
     except StartupFailed as failure:
         rel.stop(release)
         if previous is not None:  # `current` still names it: bring it back as it was
@@ -89,7 +91,7 @@ def deploy_one(transport: Transport, root: str, report: CheckReport, *, baseline
             failure.restored = previous.run_id
         raise
     rel.switch(release)
-    return Deployed(release, the_plan, f"http://{transport.address}:{profile.engine.port}", startup)
+    return Deployed(release, the_plan, f"http://{transport.address}:{profile.engine.port}", startup, previous_id)
 
 
 @dataclass(frozen=True)
@@ -111,7 +113,7 @@ def deploy_fleet(report: CheckReport, hosts: Sequence[HostSpec], *, command: str
     """Deploy to every host in parallel (one run id); past `max_failures` failures the others roll back too."""
     run_id = rel.new_run_id()
     name = report.inputs.profile.metadata.name
-    deployed: dict[str, tuple[Transport, Deployed, str | None]] = {}
+    deployed: dict[str, tuple[Transport, Deployed]] = {}
 
     def one(host: HostSpec) -> Deployed:
         transport = host.transport(ssh_config=ssh_config, accept_new_host_key=accept_new_host_key)
@@ -119,10 +121,9 @@ def deploy_fleet(report: CheckReport, hosts: Sequence[HostSpec], *, command: str
         base = f"{root}/{name}"
         lock.acquire(transport, base, lock.owner(run_id, command))
         try:
-            previous = rel.linked(transport, root, name)
             result = deploy_one(transport, root, report, run_id=run_id, secrets_env=secrets_env, budget_s=budget_s,
                                 on_progress=lambda stage: on_progress(host.name, stage))
-            deployed[host.name] = (transport, result, previous)
+            deployed[host.name] = (transport, result)
             return result
         finally:
             lock.release(transport, base)
@@ -139,7 +140,8 @@ def deploy_fleet(report: CheckReport, hosts: Sequence[HostSpec], *, command: str
         detail = getattr(exc, "message", str(exc)) + (f"; restored {restored}" if restored else "")
         outcomes[host] = HostOutcome(host, False, None, detail, log)
     if len(group.errors) > max_failures:
-        for host, (transport, result, previous) in deployed.items():
+        for host, (transport, result) in deployed.items():
+            previous = result.previous
             on_progress(host, "rolling back: too many hosts failed")
             rel.stop(result.release)
             if previous:
@@ -176,7 +178,7 @@ def _deploy_multinode(report: CheckReport, hosts: Sequence[HostSpec], *, run_id:
         documents = release_documents(report, the_plan)
         for rank, release in enumerate(releases):
             on_progress(hosts[rank].name, f"writing release (node rank {rank})")
-            rel.materialize(release, the_plan, the_plan.nodes[rank], documents, overlay_sources(report, the_plan))
+            rel.materialize(release, rel.release_files(the_plan, the_plan.nodes[rank], documents, overlay_sources(report, the_plan)))
             if previous[rank]:
                 rel.stop(rel.Release(release.transport, release.root, name, previous[rank]))  # type: ignore[arg-type]
         for rank, release in enumerate(releases):  # rank 0 first: the others join it

@@ -13,7 +13,7 @@ from specctl.errors import HostError
 from specctl.hosts.transport import Transport
 
 # create the lock file only if absent (noclobber makes the redirection fail when it exists)
-_CREATE = 'set -C; printf "%s\\n" "$2" > "$1"'
+_CREATE = 'mkdir -p "${1%/*}" && set -C && printf "%s\\n" "$2" > "$1"'
 
 
 def owner(run_id: str, command: str) -> dict[str, Any]:
@@ -22,7 +22,6 @@ def owner(run_id: str, command: str) -> dict[str, Any]:
 
 
 def acquire(transport: Transport, base: str, who: dict[str, Any]) -> None:
-    transport.run(["mkdir", "-p", base])
     done = transport.run(["sh", "-c", _CREATE, "sh", f"{base}/lock", json.dumps(who, sort_keys=True)], check=False)
     if done.rc != 0:
         held = read(transport, base)

@@ -6,7 +6,7 @@ import time
 from collections.abc import Callable, Sequence
 
 from specctl.errors import HostError
-from specctl.release.release import Release, alive, log_tail, pid
+from specctl.release.release import Release, log_tail, observe, pid
 from specctl.verdict.client import EngineClient
 
 
@@ -29,18 +29,19 @@ def stage_of(lines: Sequence[str], stages: Sequence[tuple[str, str]]) -> str:
 
 
 def wait_ready(release: Release, port: int, stages: Sequence[tuple[str, str]], *, budget_s: float,
-               on_progress: Callable[[str], None] = lambda stage: None, poll_s: float = 0.5) -> float:
+               on_progress: Callable[[str], None] = lambda stage: None, poll_s: float = 0.5,
+               process_group: int | None = None) -> float:
     """Block until the server answers a generation; returns the seconds it took."""
     t = release.transport
     client = EngineClient(f"http://{t.address}:{port}", timeout_s=30)
     start = time.monotonic()
-    group = pid(release)
+    group = process_group if process_group is not None else pid(release)
     while True:
         if client.healthy(timeout_s=30):
             on_progress("ready")
             return time.monotonic() - start
-        lines = log_tail(release, 200)
-        if group is None or not alive(t, group):
+        alive, lines = observe(release, group) if group is not None else (False, log_tail(release, 200))
+        if not alive:
             raise StartupFailed(f"{t.name}: the server exited during start-up", host=t.name, log=lines[-20:],
                                 fix="read the log lines above; `specctl logs` shows the whole log")
         if time.monotonic() - start > budget_s:

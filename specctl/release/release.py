@@ -4,8 +4,10 @@ are switched with a rename; a detached server whose process group is its pid."""
 
 from __future__ import annotations
 
+import io
 import json
 import secrets
+import tarfile
 import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -56,35 +58,60 @@ def host_root(transport: Transport, root: str) -> str:
     return root
 
 
-def materialize(release: Release, plan: Plan, node: NodePlan, documents: dict[str, Any],
-                overlay_sources: dict[str, str] | None = None) -> None:
-    """Write the release directory: launch script, environment (no secrets), documents, overlay."""
-    t = release.transport
-    t.run(["mkdir", "-p", release.dir])
-    t.put(release.path("launch.sh"), render_sh(plan, node).encode(), mode=0o755)
-    env = "".join(f"{k}={json.dumps(v)}\n" for k, v in sorted(node.env.items()))
-    t.put(release.path("env"), env.encode())
+# Unpack a tar from stdin beside the release directory, then rename it into place: a release
+# directory either does not exist or is whole. $1 = release directory.
+_UNPACK = 'tmp="$1.part.$$" && mkdir -p "$tmp" && tar -x -f - -C "$tmp" && mv -T "$tmp" "$1"'
+
+
+def release_files(plan: Plan, node: NodePlan, documents: dict[str, Any],
+                  overlay_sources: dict[str, str] | None = None) -> dict[str, tuple[bytes, int] | str]:
+    """Every file of a release: name -> (content, mode), or name -> symlink target."""
+    files: dict[str, tuple[bytes, int] | str] = {
+        "launch.sh": (render_sh(plan, node).encode(), 0o755),
+        "env": ("".join(f"{k}={json.dumps(v)}\n" for k, v in sorted(node.env.items())).encode(), 0o644),
+    }
     for name, data in documents.items():
         text = data if isinstance(data, str) else json.dumps(data, indent=2, sort_keys=True, default=str) + "\n"
-        t.put(release.path(name), text.encode())
+        files[name] = (text.encode(), 0o644)
     if plan.overlay is not None:
-        overlay = release.path(OVERLAY_DIR)
-        t.run(["mkdir", "-p", overlay])
-        t.put(f"{overlay}/config.json", (json.dumps(plan.overlay.config, indent=2) + "\n").encode())
+        files[f"{OVERLAY_DIR}/config.json"] = ((json.dumps(plan.overlay.config, indent=2) + "\n").encode(), 0o644)
         for name in plan.overlay.links:
             source = (overlay_sources or {}).get(name)
             if source is None:
-                raise HostError(f"{t.name}: no source for drafter file {name}", host=t.name,
+                raise HostError(f"no source for drafter file {name}", host="-",
                                 fix="the drafter must be present on the host (a local path, or downloaded into its HF cache)")
-            t.run(["ln", "-sfn", source, f"{overlay}/{name}"])
+            files[f"{OVERLAY_DIR}/{name}"] = source
+    return files
+
+
+def archive(files: dict[str, tuple[bytes, int] | str]) -> bytes:
+    """A tar of `files`, so that a whole release travels in one round trip."""
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        for name, item in files.items():
+            info = tarfile.TarInfo(name)
+            info.mtime = int(time.time())
+            if isinstance(item, str):
+                info.type, info.linkname = tarfile.SYMTYPE, item
+                tar.addfile(info)
+            else:
+                info.size, info.mode = len(item[0]), item[1]
+                tar.addfile(info, io.BytesIO(item[0]))
+    return buffer.getvalue()
+
+
+def materialize(release: Release, files: dict[str, tuple[bytes, int] | str]) -> None:
+    """Write the release directory in one transfer; it appears whole or not at all."""
+    release.transport.run(["sh", "-c", _UNPACK, "sh", release.dir], stdin=archive(files))
+
+
+_SWITCH = 'ln -sfn "$1" "$2" && mv -Tf "$2" "$3"'
 
 
 def switch(release: Release, link: str = "current") -> None:
     """Point `<base>/<link>` at this release with one rename: readers never see it missing."""
-    t = release.transport
     tmp = f"{release.base}/.{link}.{secrets.token_hex(4)}"
-    t.run(["ln", "-sfn", f"releases/{release.run_id}", tmp])
-    t.run(["mv", "-Tf", tmp, f"{release.base}/{link}"])
+    release.transport.run(["sh", "-c", _SWITCH, "sh", f"releases/{release.run_id}", tmp, f"{release.base}/{link}"])
 
 
 def unlink(release: Release, link: str = "current") -> None:
@@ -131,31 +158,51 @@ def alive(transport: Transport, process_group: int) -> bool:
     return signal_group(transport, process_group, "0")
 
 
+# Stop servers by process group, waiting on the host (no round trip per poll): TERM, up to $1 tenths
+# of seconds of grace, then KILL. $2 = the profile's directory, $3 = one run id (else every release).
+# Prints the run ids that were running.
+_STOP = r'''
+limit=$1; base=$2; shift 2
+if [ $# -gt 0 ]; then set -- "$base/releases/$1/server.pid"; else set -- "$base"/releases/*/server.pid; fi
+for f in "$@"; do
+  p=$(cat "$f" 2>/dev/null) || continue
+  case $p in ""|*[!0-9]*) continue;; esac
+  kill -0 "-$p" 2>/dev/null || continue
+  kill -TERM "-$p" 2>/dev/null
+  i=0; while kill -0 "-$p" 2>/dev/null && [ $i -lt "$limit" ]; do sleep 0.1; i=$((i+1)); done
+  kill -0 "-$p" 2>/dev/null && kill -KILL "-$p" 2>/dev/null
+  f=${f%/server.pid}; echo "${f##*/}"
+done
+true
+'''
+
+
+def _stop(transport: Transport, base: str, run_id: str | None, timeout_s: float) -> list[str]:
+    argv = ["sh", "-c", _STOP, "sh", str(int(timeout_s * 10)), base, *([run_id] if run_id else [])]
+    return transport.run(argv, timeout_s=timeout_s + 60).stdout.split()
+
+
 def stop(release: Release, *, timeout_s: float = 30.0) -> bool:
     """Stop the server's whole process group (TERM, then KILL); True if something was running."""
-    t, group = release.transport, pid(release)
-    if group is None or not alive(t, group):
-        return False
-    signal_group(t, group, "TERM")
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if not alive(t, group):
-            return True
-        time.sleep(0.2)
-    signal_group(t, group, "KILL")
-    return True
+    return bool(_stop(release.transport, release.base, release.run_id, timeout_s))
 
 
-_RUNNING = 'for f in "$1"/releases/*/server.pid; do [ -f "$f" ] || continue; p=$(cat "$f"); ' \
-           'kill -0 "-$p" 2>/dev/null && basename "${f%/server.pid}"; done; true'
-
-
-def running(transport: Transport, root: str, profile: str) -> list[Release]:
-    """Every release of the profile whose server still runs (current or not: a broken deploy may leave one)."""
-    done = transport.run(["sh", "-c", _RUNNING, "sh", f"{root}/{profile}"])
-    return [Release(transport, root, profile, run_id) for run_id in done.stdout.split()]
+def stop_running(transport: Transport, root: str, profile: str, *, timeout_s: float = 30.0) -> list[str]:
+    """Stop every server of the profile (current or not: a broken deploy may leave one); their run ids."""
+    return _stop(transport, f"{root}/{profile}", None, timeout_s)
 
 
 def log_tail(release: Release, lines: int = 20) -> list[str]:
     done = release.transport.run(["tail", "-n", str(lines), release.path(LOG)], check=False)
     return done.stdout.splitlines() if done.rc == 0 else []
+
+
+# One round trip for a start-up poll: whether the process group lives (first line), then the log tail.
+_OBSERVE = 'if kill -0 "-$1" 2>/dev/null; then echo alive; else echo gone; fi; tail -n "$2" "$3" 2>/dev/null; true'
+
+
+def observe(release: Release, process_group: int, lines: int = 200) -> tuple[bool, list[str]]:
+    """Whether the server's process group is alive, and the last lines of its log."""
+    done = release.transport.run(["sh", "-c", _OBSERVE, "sh", str(process_group), str(lines), release.path(LOG)])
+    first, *rest = done.stdout.splitlines() or ["gone"]
+    return first == "alive", rest
