@@ -5,6 +5,7 @@ from __future__ import annotations
 APP_NAME = "specctl"
 RELEASE_DIR_VAR = "SPECCTL_RELEASE_DIR"  # set by the launch script to its own directory
 OVERLAY_DIR = "drafter-overlay"  # the drafter overlay inside a release directory
+OVERLAY_PATH = f"${{{RELEASE_DIR_VAR}}}/{OVERLAY_DIR}"  # expanded by the launch script, nothing else is
 DEFAULT_MEM_FRACTION_STATIC = 0.85  # assumed when a profile leaves the engine to choose
 KV_HEADROOM_MIN_GIB = 4.0  # KV cache room below which a deploy is refused
 GIB = 1024**3

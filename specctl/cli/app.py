@@ -8,7 +8,7 @@ from typing import IO, Annotated
 
 import typer
 
-from specctl.cli import demo, hosts_cmds, manifest, profiles
+from specctl.cli import demo, hosts_cmds, manifest, profiles, runs_cmds, verify_cmds
 from specctl.cli._output import Output
 
 app = typer.Typer(
@@ -34,6 +34,8 @@ def _root(
 profiles.register(app)
 demo.register(app)
 hosts_cmds.register(app)
+verify_cmds.register(app)
+runs_cmds.register(app)
 app.add_typer(manifest.app, name="manifest")
 
 

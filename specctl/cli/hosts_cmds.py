@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import shlex
-import sys
 import time
 from typing import Annotated
 
@@ -12,12 +9,14 @@ import typer
 
 from specctl.cli._options import JsonOpt, OfflineOpt, ProfileArg
 from specctl.cli._output import Output
+from specctl.cli._recording import LedgerOpt, recorded
 from specctl.constants import STARTUP_BUDGET_S
 from specctl.errors import CheckFailed, HostError, InputError
 
 HostsOpt = Annotated[str | None, typer.Option("--hosts", "--host", help="Hosts or groups, comma-separated (default: the profile's).")]
 InventoryOpt = Annotated[str | None, typer.Option("--inventory", "-i", envvar="SPECCTL_INVENTORY", help="Inventory file (default ./hosts.yaml).")]
 SshConfigOpt = Annotated[str | None, typer.Option("--ssh-config", envvar="SPECCTL_SSH_CONFIG", help="ssh_config to use (default ~/.ssh/config).")]
+ROLLED_BACK_EXIT = 4  # deployed, verify failed, rolled back (DESIGN section 11)
 AcceptOpt = Annotated[bool, typer.Option("--accept-new-host-key", help="Add an unknown host key to known_hosts (never a changed one).")]
 
 
@@ -105,14 +104,19 @@ def deploy(
     max_failures: Annotated[int, typer.Option("--max-failures", help="Hosts that may fail before the others roll back.")] = 0,
     skip_check: Annotated[bool, typer.Option("--skip-check", help="Deploy even when static checks fail (recorded).")] = False,
     startup_timeout: Annotated[float, typer.Option("--startup-timeout", help="Seconds a server may take to answer a generation.")] = STARTUP_BUDGET_S,
+    no_verify: Annotated[bool, typer.Option("--no-verify", help="Do not verify after the deploy (the run records no verdict).")] = False,
+    no_rollback: Annotated[bool, typer.Option("--no-rollback", help="Keep a release whose verify failed (exit 1 instead of 4).")] = False,
+    baseline_mode: Annotated[str, typer.Option("--baseline", help="auto: run a baseline when none matches; ledger: only a recorded one; skip.")] = "auto",
+    ledger: LedgerOpt = None,
     ssh_config: SshConfigOpt = None, accept_new_host_key: AcceptOpt = False, json_mode: JsonOpt = False, offline: OfflineOpt = False,
 ) -> None:
-    """Check a profile, then put it on its hosts: release directory, lock, stop, start, readiness, switch."""
+    """Check a profile, put it on its hosts (release directory, lock, stop, start, readiness, switch),
+    verify it, and roll a host back by itself when its verify fails (exit 4)."""
     from rich.table import Table
 
     from specctl.cli.views import findings_view
-    from specctl.flows import static
-    from specctl.flows.deploy import deploy_fleet
+    from specctl.cli.verify_cmds import _check_mode, show_reports
+    from specctl.flows import rollout, static
 
     output = _output(ctx, json_mode)
     report = static.check(profile, offline=offline)
@@ -129,22 +133,28 @@ def deploy(
             table.add_row(row["host"], row["current"], row["would_deploy"])
         output.result({"dry_run": rows}, table)
         return
-    secrets_env = {name: os.environ[name] for name in p.secrets if name in os.environ}
-    command = shlex.join(["specctl", *sys.argv[1:]]) + (f"  # {reason}" if reason else "")
-    outcomes = deploy_fleet(report, targets, command=command, max_failures=max_failures, ssh_config=ssh_config,
-                            accept_new_host_key=accept_new_host_key, secrets_env=secrets_env, budget_s=startup_timeout,
-                            on_progress=lambda host, stage: output.hint(f"[dim]{host}[/]: {stage}"))
-    table = Table("host", "result", "release", title=f"deploy {p.metadata.name} v{p.metadata.version}", title_justify="left")
-    for o in outcomes:
-        table.add_row(o.host, ("ok: " if o.ok else "FAILED: ") + o.detail, o.run_id or "-")
-    output.result({"profile": p.metadata.name, "version": p.metadata.version, "hosts": [o.__dict__ for o in outcomes]}, table)
-    for o in outcomes:
+    with recorded(output, ledger=ledger, reason=reason, secrets=p.secrets, ssh_config=ssh_config,
+                  accept_new_host_key=accept_new_host_key, budget_s=startup_timeout) as rc:
+        reports = rollout.deploy(rc, report, targets, max_failures=max_failures, run_verify=not no_verify,
+                                 auto_rollback=not no_rollback, baseline_mode=_check_mode(baseline_mode), skip_check=skip_check)
+    if no_verify or output.json_mode:
+        table = Table("host", "result", "release", title=f"deploy {p.metadata.name} v{p.metadata.version}", title_justify="left")
+        for o in reports:
+            table.add_row(o.host, ("ok: " if o.ok else "FAILED: ") + o.detail, o.release or "-")
+        output.result({"profile": p.metadata.name, "version": p.metadata.version, "hosts": [o.__dict__ for o in reports]}, table)
+    else:
+        show_reports(output, reports, f"deploy {p.metadata.name} v{p.metadata.version}")
+    for o in reports:
         if o.log_tail and not output.json_mode:
             output.err.print(f"[bold]{o.host}[/]: last lines of the server log:")
             for line in o.log_tail[-12:]:
                 output.err.print(f"  {line}", markup=False, highlight=False)
-    if not all(o.ok for o in outcomes):
+    if not all(o.ok for o in reports):
         raise typer.Exit(HostError.exit_code)
+    if any(o.rolled_back_to for o in reports):
+        raise typer.Exit(ROLLED_BACK_EXIT)
+    if not no_verify and not all(o.passed for o in reports):
+        raise typer.Exit(CheckFailed.exit_code)
 
 
 def _dry_run_row(host, name: str, version: int, ssh_config: str | None, accept: bool) -> dict[str, str]:  # type: ignore[no-untyped-def]
@@ -234,23 +244,30 @@ def stop(ctx: typer.Context, profile: ProfileArg, hosts: HostsOpt = None, invent
 
 
 def unlock(ctx: typer.Context, profile: ProfileArg, hosts: HostsOpt = None, inventory: InventoryOpt = None,
-           ssh_config: SshConfigOpt = None, json_mode: JsonOpt = False) -> None:
-    """Remove a stale deploy lock, showing whose it was."""
+           reason: Annotated[str | None, typer.Option("--reason", help="Why (recorded with the run).")] = None,
+           ledger: LedgerOpt = None, ssh_config: SshConfigOpt = None, json_mode: JsonOpt = False) -> None:
+    """Remove a stale deploy lock, showing whose it was; recorded in the ledger."""
     from specctl.profile import load_profile
     from specctl.release import lock
     from specctl.release import release as rel
 
     output = _output(ctx, json_mode)
-    p = load_profile(profile).model
+    loaded = load_profile(profile)
+    p = loaded.model
+    targets = _hosts(p.hosts, hosts, inventory)
     removed = {}
-    for host in _hosts(p.hosts, hosts, inventory):
-        t = host.transport(ssh_config=ssh_config)
-        base = f"{rel.host_root(t, host.root)}/{p.metadata.name}"
-        held = lock.read(t, base)
-        if held is not None:
-            lock.release(t, base)
-        removed[host.name] = held
-    output.result({"unlocked": removed}, "\n".join(f"{h}: removed lock of {lock.describe(w)}" if w else f"{h}: not locked"
-                                                     for h, w in removed.items()))
-
-
+    with recorded(output, ledger=ledger, reason=reason, ssh_config=ssh_config) as rc:
+        run_id = rel.new_run_id()
+        with rc.ledger.recording(run_id, "unlock", command=rc.command, hosts=[h.name for h in targets], reason=reason,
+                                 profile=p.model_dump(mode="json", by_alias=True), profile_sha256=loaded.sha256) as outcome:
+            for host in targets:
+                t, root = rc.transport(host)
+                base = f"{root}/{p.metadata.name}"
+                held = lock.read(t, base)
+                if held is not None:
+                    lock.release(t, base)
+                removed[host.name] = held
+                rc.ledger.record_host(run_id, host.name, verdict={"removed": held})
+            outcome.verdict = {"passed": True, "removed": removed}
+    output.result({"run": run_id, "unlocked": removed},
+                  "\n".join(f"{h}: removed lock of {lock.describe(w)}" if w else f"{h}: not locked" for h, w in removed.items()))

@@ -67,3 +67,41 @@ def validation_view(results: Sequence[tuple[str, str, str | None]]) -> Renderabl
     for file, kind, problem in results:
         table.add_row(file, kind, Text("ok", "green") if problem is None else Text(problem, "red"))
     return table
+
+
+def _num(value: object, digits: int = 3) -> str:
+    if not isinstance(value, (int, float)):
+        return "-"
+    return f"{value:.0f}" if abs(value) >= 10 ** digits else f"{value:.{digits}g}"
+
+
+def verdict_view(host: str, verdict: dict[str, object] | None) -> RenderableType:
+    """One host's verdict: each gate's measured value and interval beside its threshold, then drift and findings."""
+    from rich.table import Table
+
+    if not verdict:
+        return Text(f"{host}: no verdict")
+    passed = bool(verdict.get("passed"))
+    summary = verdict.get("summary") or {}
+    assert isinstance(summary, dict)
+    table = Table("gate", "measured", "95% interval", "threshold", "result", title_justify="left",
+                  title=f"{host}: {verdict.get('profile')} v{verdict.get('version')} release {verdict.get('release')}  "
+                        f"{'PASS' if passed else 'FAIL'}  ({summary.get('requests', 0)} requests"
+                        f"{', stopped early: decided' if verdict.get('stopped_early') else ''})")
+    for g in verdict.get("gates") or []:  # type: ignore[attr-defined]
+        iv = g.get("interval") or {}
+        result = ("pass" if g["passed"] else "FAIL") + ("" if g["decided"] else " (undecided)")
+        table.add_row(g["name"], _num(iv.get("estimate")), f"[{_num(iv.get('low'))}, {_num(iv.get('high'))}] {iv.get('kind', '')}" if iv else g.get("note", "-"),
+                      f"{g['op']} {g['threshold']}", result)
+    for label, key in (("accept length", "accept_length"), ("acceptance rate", "acceptance_rate"),
+                       ("decode tok/s", "decode_tokens_per_s"), ("speedup", "speedup"), ("TTFT s", "ttft_s")):
+        iv = summary.get(key)
+        if isinstance(iv, dict) and not any(g["name"] == key for g in verdict.get("gates") or []):  # type: ignore[attr-defined]
+            table.add_row(f"[dim]{label}[/]", _num(iv.get("estimate")), f"[{_num(iv.get('low'))}, {_num(iv.get('high'))}]", "-", "info")
+    blocks: list[RenderableType] = [table]
+    for d in verdict.get("drift") or []:  # type: ignore[attr-defined]
+        blocks.append(Text.assemble(("  drift ", "bold red"), f"{d['field']}: plan {d['expected']!r}, server {d['reported']!r}"))
+    for f in verdict.get("findings") or []:  # type: ignore[attr-defined]
+        if f.get("severity") == "error":
+            blocks.append(Text.assemble(("  error ", "bold red"), (f["code"], "bold"), f" {f['message']}  fix: {f['fix']}"))
+    return Group(*blocks)

@@ -176,3 +176,15 @@ class Engine(Protocol):
                      answer: Mapping[str, Any]) -> ProbeReport:
         """Read a probe answer: a convention backed by the engine's own answers, and where the table disagrees."""
         ...
+
+    def pins_installed_version(self) -> bool:
+        """Whether the installed distribution's version must equal the profile's engine version."""
+        ...
+
+    def expected_server_args(self, argv: Sequence[str], release_dir: str, engine_version: str) -> dict[str, str]:
+        """What the live server must report (`/server_info`) for the fields drift watches, from a node's argv."""
+        ...
+
+    def reported_server_args(self, server_info: Mapping[str, Any]) -> dict[str, str | None]:
+        """The same fields as the live server reports them, as strings (None: not reported)."""
+        ...

@@ -3,9 +3,13 @@ one, wait for a real generation, switch `current`. The local host and SSH hosts 
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
+
+from specctl.cancel import NEVER, Cancelled, CancelToken
 
 from specctl.constants import STARTUP_BUDGET_S
 from specctl.errors import HostError
@@ -18,6 +22,8 @@ from specctl.plan.plan import Plan
 from specctl.release import lock
 from specctl.release import release as rel
 from specctl.release.readiness import StartupFailed, wait_ready
+from specctl.release.release import SUMMARY_FILE, WORKLOAD_FILE
+from specctl.verdict.workload import load_workload
 
 
 @dataclass(frozen=True)
@@ -43,21 +49,29 @@ def overlay_sources(report: CheckReport, p: Plan) -> dict[str, str]:
 
 
 def release_documents(report: CheckReport, p: Plan) -> dict[str, Any]:
-    """What a release keeps of its inputs: resolved profile, plan, manifest, checkpoint facts."""
+    """What a release keeps of its inputs: resolved profile, plan, manifest, checkpoint facts, the
+    pinned workload (so a rollback verifies on the very same prompts) and a one-line summary."""
     inputs = report.inputs
+    profile = inputs.profile
+    workload = load_workload(profile.verify.workload, Path(inputs.profile_path).parent)
     return {
-        "profile.json": inputs.profile.model_dump(mode="json", by_alias=True),
+        "profile.json": profile.model_dump(mode="json", by_alias=True),
         "plan.json": p.to_dict(),
         "manifest.json": inputs.manifest.model_dump(mode="json", by_alias=True) if inputs.manifest else None,
         "facts.json": {"target": inputs.target.summary() if inputs.target else None,
                        "drafter": inputs.drafter.summary() if inputs.drafter else None},
+        WORKLOAD_FILE: workload.raw.decode(),
+        SUMMARY_FILE: json.dumps({"profile": profile.metadata.name, "version": profile.metadata.version,
+                                  "sha256": inputs.profile_sha256, "baseline": p.baseline, "workload": workload.name,
+                                  "workload_sha256": workload.sha256}, sort_keys=True) + "\n",
     }
 
 
 def deploy_one(transport: Transport, root: str, report: CheckReport, *, baseline: bool = False, run_id: str | None = None,
                secrets_env: dict[str, str] | None = None, budget_s: float = STARTUP_BUDGET_S,
-               on_progress: Callable[[str], None] = lambda stage: None) -> Deployed:
-    """Put the profile's plan on one host and start it; the previous server of the profile is stopped first."""
+               on_progress: Callable[[str], None] = lambda stage: None, cancel: CancelToken = NEVER) -> Deployed:
+    """Put the profile's plan on one host and start it; the previous server of the profile is stopped first.
+    Cancelled, it stops the new server and starts the previous one again before raising."""
     the_plan = plan(report, baseline=baseline)
     profile = report.inputs.profile
     name = profile.metadata.name + ("-baseline" if baseline else "")
@@ -81,7 +95,12 @@ def deploy_one(transport: Transport, root: str, report: CheckReport, *, baseline
     group = rel.start(release, env=secrets_env)
     try:
         startup = wait_ready(release, profile.engine.port, stages, budget_s=budget_s, on_progress=on_progress,
-                             process_group=group)
+                             process_group=group, cancel=cancel)
+    except Cancelled:
+        rel.stop(release)
+        if previous is not None:  # started, not waited for: a signal asks to be quick
+            rel.start(previous, env=secrets_env)
+        raise
     except StartupFailed as failure:
         rel.stop(release)
         if previous is not None:  # `current` still names it: bring it back as it was
@@ -109,9 +128,9 @@ class HostOutcome:
 def deploy_fleet(report: CheckReport, hosts: Sequence[HostSpec], *, command: str, max_failures: int = 0,
                  ssh_config: str | None = None, accept_new_host_key: bool = False, secrets_env: dict[str, str] | None = None,
                  budget_s: float = STARTUP_BUDGET_S, on_progress: Callable[[str, str], None] = lambda host, stage: None,
-                 ) -> list[HostOutcome]:
+                 run_id: str | None = None, cancel: CancelToken = NEVER) -> list[HostOutcome]:
     """Deploy to every host in parallel (one run id); past `max_failures` failures the others roll back too."""
-    run_id = rel.new_run_id()
+    run_id = run_id or rel.new_run_id()
     name = report.inputs.profile.metadata.name
     deployed: dict[str, tuple[Transport, Deployed]] = {}
 
@@ -122,7 +141,7 @@ def deploy_fleet(report: CheckReport, hosts: Sequence[HostSpec], *, command: str
         lock.acquire(transport, base, lock.owner(run_id, command))
         try:
             result = deploy_one(transport, root, report, run_id=run_id, secrets_env=secrets_env, budget_s=budget_s,
-                                on_progress=lambda stage: on_progress(host.name, stage))
+                                on_progress=lambda stage: on_progress(host.name, stage), cancel=cancel)
             deployed[host.name] = (transport, result)
             return result
         finally:

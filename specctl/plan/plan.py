@@ -5,13 +5,12 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from specctl.constants import OVERLAY_DIR, RELEASE_DIR_VAR
+from specctl.constants import OVERLAY_DIR, OVERLAY_PATH
 from specctl.engines import LaunchSpec
 from specctl.plan.capture import layers_of
 from specctl.plan.inputs import Inputs
 from specctl.plan.resolve import CaptureResolution
 
-OVERLAY_PATH = f"${{{RELEASE_DIR_VAR}}}/{OVERLAY_DIR}"  # expanded by the launch script, nothing else is
 
 
 @dataclass(frozen=True)

@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 import shlex
 
-from specctl.constants import RELEASE_DIR_VAR
-from specctl.plan.plan import OVERLAY_PATH, NodePlan, Plan
+from specctl.constants import OVERLAY_PATH, RELEASE_DIR_VAR
+from specctl.plan.plan import NodePlan, Plan
 
 
 def quote(word: str) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 
+from specctl.cancel import NEVER, CancelToken
 from specctl.errors import HostError
 from specctl.release.release import Release, log_tail, observe, pid
 from specctl.verdict.client import EngineClient
@@ -30,7 +31,7 @@ def stage_of(lines: Sequence[str], stages: Sequence[tuple[str, str]]) -> str:
 
 def wait_ready(release: Release, port: int, stages: Sequence[tuple[str, str]], *, budget_s: float,
                on_progress: Callable[[str], None] = lambda stage: None, poll_s: float = 0.5,
-               process_group: int | None = None) -> float:
+               process_group: int | None = None, cancel: CancelToken = NEVER) -> float:
     """Block until the server answers a generation; returns the seconds it took."""
     t = release.transport
     client = EngineClient(f"http://{t.address}:{port}", timeout_s=30)
@@ -48,4 +49,4 @@ def wait_ready(release: Release, port: int, stages: Sequence[tuple[str, str]], *
             raise StartupFailed(f"{t.name}: no generation within the {budget_s:.0f} s start-up budget", host=t.name,
                                 log=lines[-20:], fix="raise the start-up budget, or read the log for a hang")
         on_progress(stage_of(lines, stages))
-        time.sleep(poll_s)
+        cancel.sleep(poll_s)

@@ -21,6 +21,10 @@ from specctl.plan.render import render_sh
 
 LOG = "server.log"
 PID = "server.pid"
+SUMMARY_FILE = "release.json"  # profile name, version, sha256 and workload of the release, one line
+WORKLOAD_FILE = "workload.jsonl"  # the pinned workload verify sends
+VERDICT_FILE = "verdict.json"  # the newest verify verdict of this release (passed or not, by which run)
+RUNS_DIR = "runs"  # a copy of every ledger run that touched this release
 
 
 def new_run_id(now: datetime | None = None) -> str:

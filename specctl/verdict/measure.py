@@ -3,16 +3,31 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
-from specctl.verdict.client import EngineClient, Generation
+from specctl.verdict.client import EngineClient, Generation, parse_generate
 from specctl.verdict.workload import Workload
 
 
 @dataclass(frozen=True)
 class Measurement:
     """Aggregates over requests, never the server's lifetime average."""
+
+    def to_dict(self) -> dict[str, object]:
+        """Per request what the server reported, compact (for the ledger and `diff`)."""
+        return {"wall_s": round(self.wall_s, 4), "requests": [
+            {"completion_tokens": g.completion_tokens, "spec_verify_ct": g.spec_verify_ct, "spec_accept_length": g.spec_accept_length,
+             "spec_num_correct_drafts": g.spec_num_correct_drafts, "spec_num_proposed_drafts": g.spec_num_proposed_drafts,
+             "e2e_latency": g.e2e_latency_s, "first_token_latency": g.first_token_latency_s,
+             "client_latency": round(g.client_latency_s, 5)} for g in self.generations]}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Measurement:
+        """The inverse of to_dict (a baseline read back from the ledger)."""
+        return cls(tuple(parse_generate({"meta_info": {**r, "finish_reason": None}}, float(r.get("client_latency") or 0.0))
+                         for r in data.get("requests", ())), float(data.get("wall_s", 0.0)))
 
     generations: tuple[Generation, ...]
     wall_s: float
@@ -38,13 +53,20 @@ class Measurement:
 
 
 def measure(client: EngineClient, workload: Workload, *, requests: int, max_new_tokens: int, temperature: float = 0.0,
-            on_request: Callable[[int, Generation], None] = lambda i, g: None) -> Measurement:
-    """Send `requests` requests of the workload one after another (cycling through it)."""
+            on_request: Callable[[int, Generation], None] = lambda i, g: None,
+            enough: Callable[[Measurement], bool] = lambda m: False,
+            cancelled: Callable[[], bool] = lambda: False) -> Measurement:
+    """Send up to `requests` requests of the workload one after another (cycling through it); stop
+    early when `enough` says the requests so far decide the verdict, or when `cancelled`."""
     generations: list[Generation] = []
     start = time.perf_counter()
     prompts: Sequence[tuple[dict[str, str], ...]] = workload.requests
     for i in range(requests):
+        if cancelled():
+            break
         generation = client.chat(prompts[i % len(prompts)], max_new_tokens=max_new_tokens, temperature=temperature)
         generations.append(generation)
         on_request(i, generation)
+        if i + 1 < requests and enough(Measurement(tuple(generations), time.perf_counter() - start)):
+            break
     return Measurement(tuple(generations), time.perf_counter() - start)

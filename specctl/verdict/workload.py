@@ -19,6 +19,7 @@ class Workload:
     name: str
     sha256: str
     requests: tuple[tuple[dict[str, str], ...], ...]
+    raw: bytes = b""
 
 
 def builtin_names() -> list[str]:
@@ -33,7 +34,11 @@ def load_workload(name_or_path: str, base: Path | None = None) -> Workload:
     if not path.exists():
         raise InputError(f"workload {name_or_path!r} is neither built in nor a file",
                          fix=f"use one of {', '.join(builtin_names())} or a JSONL file of {{\"messages\": [...]}} lines")
-    raw = path.read_bytes()
+    return parse_workload(name_or_path, path.read_bytes(), str(path))
+
+
+def parse_workload(name: str, raw: bytes, source: str | None = None) -> Workload:
+    """A workload from its bytes (a file, or the copy a release directory keeps)."""
     requests = []
     for number, line in enumerate(raw.decode().splitlines(), 1):
         if not line.strip():
@@ -42,5 +47,7 @@ def load_workload(name_or_path: str, base: Path | None = None) -> Workload:
             messages = json.loads(line)["messages"]
             requests.append(tuple({"role": str(m["role"]), "content": str(m["content"])} for m in messages))
         except (ValueError, KeyError, TypeError):
-            raise InputError(f"{path}:{number}: not a {{\"messages\": [...]}} line", fix="one JSON object per line") from None
-    return Workload(name_or_path, hashlib.sha256(raw).hexdigest(), tuple(requests))
+            raise InputError(f"{source or name}:{number}: not a {{\"messages\": [...]}} line", fix="one JSON object per line") from None
+    if not requests:
+        raise InputError(f"{source or name}: the workload has no requests", fix="add one {\"messages\": [...]} line per request")
+    return Workload(name, hashlib.sha256(raw).hexdigest(), tuple(requests), raw)

@@ -22,6 +22,9 @@ class ReferenceEngine(SGLangEngine):
     def distribution(self) -> str:
         return "specctl"
 
+    def pins_installed_version(self) -> bool:
+        return False  # it emulates the version named by --emulate-sglang-version; drift checks what it reports
+
     def argv(self, spec: LaunchSpec) -> list[str]:
         argv = super().argv(spec)
         emulate = ["--emulate-sglang-version", spec.engine_version] if spec.engine_version else []

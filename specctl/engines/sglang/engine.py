@@ -10,6 +10,7 @@ from typing import Any
 
 from specctl.engines.base import Convention, LaunchSpec, ParseAnswer, ProbeDisagreement, ProbeReport, SpecRewrite
 from specctl.engines.flags import FlagCatalog
+from specctl.constants import OVERLAY_DIR, OVERLAY_PATH
 from specctl.engines.sglang import capture as table
 from specctl.errors import EngineError
 
@@ -37,6 +38,21 @@ _RESERVED = {
 # `_auto_choose_speculative_params` in sglang 0.5.23 srt/arg_groups/speculative_hook.py, keyed on the target architecture
 _AUTO_PARAMS = {"LlamaForCausalLM": (5, 4, 8), "Grok1ForCausalLM": (5, 4, 8), "Grok1VForCausalLM": (5, 4, 8)}
 _AUTO_DEFAULT = (3, 1, 4)
+
+
+# what drift compares between the plan and the live server (`/server_info` resolved arguments)
+DRIFT_FIELDS = ("model_path", "revision", "speculative_algorithm", "speculative_draft_model_path",
+                "speculative_draft_model_revision", "speculative_num_steps", "speculative_eagle_topk",
+                "speculative_num_draft_tokens", "tp_size", "nnodes", "port")
+
+
+def _as_flag_value(value: Any) -> str:
+    """A reported value as the launch flag would spell it (3 and "3" agree; 0.5 and "0.50" agree)."""
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return str(value)
 
 
 class SGLangEngine:
@@ -248,6 +264,23 @@ class SGLangEngine:
 
         source = f"probe of the installed engine (loop limits from {bounds.source})"
         return Convention(self.name, version, architecture, source, bounds.supported, capture, ids_for)
+
+    def pins_installed_version(self) -> bool:
+        return True
+
+    def expected_server_args(self, argv: Sequence[str], release_dir: str, engine_version: str) -> dict[str, str]:
+        # the flags whose resolved value /server_info reports under the flag's dest name
+        expected = {"version": engine_version}
+        words = [w.replace(OVERLAY_PATH, release_dir + "/" + OVERLAY_DIR) for w in argv]
+        for flag, value in zip(words, words[1:], strict=False):
+            dest = flag[2:].replace("-", "_") if flag.startswith("--") else None
+            if dest in DRIFT_FIELDS:
+                expected[dest] = value
+        return expected
+
+    def reported_server_args(self, server_info: Mapping[str, Any]) -> dict[str, str | None]:
+        keys = (*DRIFT_FIELDS, "version")
+        return {key: None if server_info.get(key) is None else _as_flag_value(server_info[key]) for key in keys}
 
 
 SGLANG = SGLangEngine()

@@ -1,0 +1,41 @@
+"""The context a recorded command runs in: the ledger, signal handling, and progress to stderr."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from specctl.cli._output import Output
+
+if TYPE_CHECKING:
+    from specctl.flows.rollout import Context
+
+LedgerOpt = Annotated[str | None, typer.Option("--ledger", envvar="SPECCTL_LEDGER", help="Ledger file (default: the XDG data directory).")]
+
+
+@contextmanager
+def recorded(output: Output, *, ledger: str | None, reason: str | None = None, secrets: list[str] | None = None,
+             ssh_config: str | None = None, accept_new_host_key: bool = False, budget_s: float | None = None) -> Iterator[Context]:
+    """Open the ledger and catch SIGTERM/SIGINT for the block; yields the flows' Context."""
+    from specctl.cancel import on_signals
+    from specctl.flows.rollout import Context
+    from specctl.ledger.ledger import Ledger, ledger_path
+
+    book = Ledger(ledger_path(ledger))
+    command = shlex.join(["specctl", *sys.argv[1:]])
+    try:
+        with on_signals() as cancel:
+            ctx = Context(book, command, reason=reason, ssh_config=ssh_config, accept_new_host_key=accept_new_host_key,
+                          secrets_env={n: os.environ[n] for n in secrets or () if n in os.environ}, cancel=cancel,
+                          on_progress=lambda host, stage: output.hint(f"[dim]{host}[/]: {stage}"))
+            if budget_s is not None:
+                ctx.budget_s = budget_s
+            yield ctx
+    finally:
+        book.close()

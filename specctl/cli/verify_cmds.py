@@ -1,0 +1,143 @@
+"""verify, baseline, rollback: the commands that judge a running release and go back to a good one."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from specctl.cli._options import JsonOpt, OfflineOpt, ProfileArg
+from specctl.cli._recording import LedgerOpt, recorded
+from specctl.cli.hosts_cmds import AcceptOpt, HostsOpt, InventoryOpt, SshConfigOpt, _hosts, _output
+from specctl.errors import CheckFailed, HostError, InputError
+
+BaselineOpt = Annotated[str, typer.Option("--baseline", help="auto: run a baseline when none matches; ledger: only a recorded one; skip.")]
+ReasonOpt = Annotated[str | None, typer.Option("--reason", help="Why (recorded with the run).")]
+
+
+def register(app: typer.Typer) -> None:
+    for fn in (verify, baseline, rollback):
+        app.command(fn.__name__)(fn)
+
+
+def _check_mode(mode: str) -> str:
+    from specctl.flows.rollout import BASELINE_MODES
+
+    if mode not in BASELINE_MODES:
+        raise InputError(f"--baseline {mode!r} is not one of {', '.join(BASELINE_MODES)}", fix="use --baseline auto, ledger or skip")
+    return mode
+
+
+def show_reports(output, reports, title: str) -> None:  # type: ignore[no-untyped-def]
+    """Every host's verdict for people (stderr-free), or the reports as JSON."""
+    from rich.console import Group
+
+    from specctl.cli.views import verdict_view
+
+    views = []
+    for r in reports:
+        views.append(verdict_view(r.host, r.verdict) if r.verdict and r.verdict.get("gates") is not None else f"{r.host}: {r.detail}")
+        if r.rolled_back_to:
+            views.append(f"{r.host}: rolled back to {r.rolled_back_to}")
+            views.append(verdict_view(r.host, r.rollback_verdict))
+    output.result({"title": title, "hosts": [r.__dict__ for r in reports]}, Group(*views))
+
+
+def verify(ctx: typer.Context, profile: ProfileArg, hosts: HostsOpt = None, inventory: InventoryOpt = None,
+           baseline_mode: BaselineOpt = "auto", reason: ReasonOpt = None, ledger: LedgerOpt = None,
+           ssh_config: SshConfigOpt = None, accept_new_host_key: AcceptOpt = False, json_mode: JsonOpt = False,
+           offline: OfflineOpt = False) -> None:
+    """Static checks against each host, drift of the live server against the plan, and the live
+    measurement with its gates (95 % intervals, stopping early once decided). Exit 1 when a gate fails."""
+    from specctl.flows import rollout, static
+
+    output = _output(ctx, json_mode)
+    report = static.check(profile, offline=offline)
+    targets = _hosts(report.inputs.profile.hosts, hosts, inventory)
+    with recorded(output, ledger=ledger, reason=reason, secrets=report.inputs.profile.secrets, ssh_config=ssh_config,
+                  accept_new_host_key=accept_new_host_key) as rc:
+        reports = rollout.verify(rc, report, targets, baseline_mode=_check_mode(baseline_mode))
+    show_reports(output, reports, f"verify {report.inputs.profile.metadata.name}")
+    if not all(r.ok for r in reports):
+        raise typer.Exit(HostError.exit_code)
+    if not all(r.passed for r in reports):
+        raise typer.Exit(CheckFailed.exit_code)
+
+
+def baseline(ctx: typer.Context, profile: ProfileArg, hosts: HostsOpt = None, inventory: InventoryOpt = None,
+             reason: ReasonOpt = None, ledger: LedgerOpt = None, ssh_config: SshConfigOpt = None,
+             accept_new_host_key: AcceptOpt = False, json_mode: JsonOpt = False, offline: OfflineOpt = False) -> None:
+    """Serve the profile's target without speculation on each host, measure it on the profile's
+    workload and record it; verify divides by it. The profile's own server is restarted after."""
+    from rich.table import Table
+
+    from specctl.flows import rollout, static
+    from specctl.verdict import gates
+
+    output = _output(ctx, json_mode)
+    report = static.check(profile, offline=offline)
+    targets = _hosts(report.inputs.profile.hosts, hosts, inventory)
+    rows = []
+    with recorded(output, ledger=ledger, reason=reason, secrets=report.inputs.profile.secrets, ssh_config=ssh_config,
+                  accept_new_host_key=accept_new_host_key) as rc:
+        for host in targets:
+            run_id, measured = rollout.baseline(rc, report, host)
+            tput = gates.throughput(measured)
+            rows.append({"host": host.name, "run": run_id, "requests": len(measured.generations),
+                         "decode_tokens_per_s": tput.to_dict() if tput else None})
+    table = Table("host", "baseline run", "requests", "decode tok/s (95% interval)", title="baseline", title_justify="left")
+    for r in rows:
+        t = r["decode_tokens_per_s"] or {}
+        table.add_row(r["host"], r["run"], str(r["requests"]), f"{t.get('estimate', 0):.1f} [{t.get('low', 0):.1f}, {t.get('high', 0):.1f}]")
+    output.result({"baselines": rows}, table)
+
+
+def rollback(ctx: typer.Context,
+             profile: Annotated[str | None, typer.Argument(help="Profile name or file (default: from --to or the newest deploy).", show_default=False)] = None,
+             hosts: HostsOpt = None, inventory: InventoryOpt = None,
+             to: Annotated[str | None, typer.Option("--to", metavar="RUN|PROFILE@VERSION", help="The release to go back to.")] = None,
+             reason: ReasonOpt = None, ledger: LedgerOpt = None, ssh_config: SshConfigOpt = None,
+             accept_new_host_key: AcceptOpt = False, json_mode: JsonOpt = False) -> None:
+    """Restart a stored release (default: the newest verified one that is not current), verify it,
+    switch `current` (and `known-good` when it passes). Exit 1 when its verify fails."""
+    from specctl.flows import rollout
+    from specctl.ledger.ledger import Ledger, ledger_path
+
+    output = _output(ctx, json_mode)
+    name, to_run, to_version, run_hosts = _rollback_target(profile, to, Ledger(ledger_path(ledger)))
+    targets = _hosts(run_hosts, hosts, inventory)
+    with recorded(output, ledger=ledger, reason=reason, ssh_config=ssh_config, accept_new_host_key=accept_new_host_key) as rc:
+        reports = [rollout.rollback(rc, host, name, to_run=to_run, to_version=to_version) for host in targets]
+    show_reports(output, reports, f"rollback {name}")
+    if not all(r.passed for r in reports):
+        raise typer.Exit(CheckFailed.exit_code)
+
+
+def _rollback_target(profile: str | None, to: str | None, book) -> tuple[str, str | None, int | None, list[str]]:  # type: ignore[no-untyped-def]
+    """(profile name, run id, version, hosts the profile was deployed to) from the arguments and the ledger."""
+    from pathlib import Path
+
+    try:
+        name = profile
+        if profile and Path(profile).is_file():
+            from specctl.profile import load_profile
+
+            name = load_profile(Path(profile)).model.metadata.name
+        to_run = to_version = None
+        if to and "@" in to:
+            name, _, version = to.rpartition("@")
+            if not version.isdigit():
+                raise InputError(f"--to {to!r}: the version after @ must be a number", fix="for example --to my-profile@3")
+            to_version = int(version)
+        elif to:
+            run = book.get(to)
+            name, to_run = run.profile, (run.host_records[0].release if run.host_records and run.host_records[0].release else run.id)
+        if not name:
+            deploys = book.runs(kind="deploy")
+            if not deploys:
+                raise InputError("no profile given and no deploy in the ledger", fix="name the profile: specctl rollback PROFILE")
+            name = deploys[-1].profile
+        hosts: list[str] = next((r.hosts for r in reversed(book.runs(profile=name, kind="deploy"))), [])
+        return str(name), to_run, to_version, list(hosts)
+    finally:
+        book.close()

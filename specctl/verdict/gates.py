@@ -1,0 +1,118 @@
+"""Gates: the profile's thresholds against what the requests measured, each with its interval.
+
+A gate is decided when its interval lies entirely on one side of the threshold. Verify stops early
+only when every gate is decided by a sequential (anytime-valid) interval; when it runs to the
+planned count it reports fixed-sample intervals and an undecided gate goes by its estimate.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from specctl.verdict import stats
+from specctl.verdict.measure import Measurement
+
+ALPHA = 1 - stats.LEVEL
+
+
+@dataclass(frozen=True)
+class GateResult:
+    """One gate: measured value and interval beside the threshold."""
+
+    name: str
+    op: str  # ">=" or "<="
+    threshold: float
+    interval: stats.Interval | None
+    passed: bool
+    decided: bool
+    note: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "op": self.op, "threshold": self.threshold, "passed": self.passed,
+                "decided": self.decided, "note": self.note,
+                **({"interval": self.interval.to_dict()} if self.interval else {"interval": None})}
+
+
+@dataclass(frozen=True)
+class GateSpec:
+    """The thresholds verify applies (the profile's `verify` section)."""
+
+    min_accept_length: float | None = None
+    min_speedup: float | None = None
+    max_ttft_s: float | None = None
+
+
+def _interval(num: list[float], den: list[float], *, sequential: bool, planned_n: int, level: float) -> stats.Interval | None:
+    if sequential:
+        return stats.ratio_sequence(num, den, planned_n=planned_n, level=level)
+    return stats.ratio_interval(num, den, level=level)
+
+
+def accept_length(m: Measurement, *, sequential: bool = False, planned_n: int = 0, level: float = stats.LEVEL) -> stats.Interval | None:
+    """Σ completion_tokens / Σ spec_verify_ct over the requests that speculated."""
+    spec = [g for g in m.generations if g.spec_verify_ct]
+    return _interval([g.completion_tokens for g in spec], [float(g.spec_verify_ct or 0) for g in spec],
+                     sequential=sequential, planned_n=planned_n, level=level)
+
+
+def acceptance_rate(m: Measurement, *, sequential: bool = False, planned_n: int = 0) -> stats.Interval | None:
+    """Σ accepted drafts / Σ proposed drafts."""
+    spec = [g for g in m.generations if g.spec_num_proposed_drafts]
+    return _interval([float(g.spec_num_correct_drafts or 0) for g in spec], [float(g.spec_num_proposed_drafts or 0) for g in spec],
+                     sequential=sequential, planned_n=planned_n, level=stats.LEVEL)
+
+
+def throughput(m: Measurement, *, sequential: bool = False, planned_n: int = 0, level: float = stats.LEVEL) -> stats.Interval | None:
+    """Decode tokens per second of one request at a time: Σ completion_tokens / Σ server e2e latency."""
+    return _interval([float(g.completion_tokens) for g in m.generations],
+                     [g.e2e_latency_s if g.e2e_latency_s is not None else g.client_latency_s for g in m.generations],
+                     sequential=sequential, planned_n=planned_n, level=level)
+
+
+def ttft(m: Measurement, *, sequential: bool = False, planned_n: int = 0) -> stats.Interval | None:
+    values = [g.first_token_latency_s for g in m.generations if g.first_token_latency_s is not None]
+    return _interval(values, [1.0] * len(values), sequential=sequential, planned_n=planned_n, level=stats.LEVEL)
+
+
+def speedup(m: Measurement, baseline: Measurement, *, sequential: bool = False, planned_n: int = 0) -> stats.Interval | None:
+    """Throughput over the baseline's; each side at half the error, so the quotient keeps the level."""
+    half_level = 1 - ALPHA / 2
+    top = throughput(m, sequential=sequential, planned_n=planned_n, level=half_level)
+    bottom = throughput(baseline, level=half_level)
+    return stats.quotient(top, bottom) if top and bottom else None
+
+
+def _judge(name: str, op: str, threshold: float, interval: stats.Interval | None, missing: str) -> GateResult:
+    if interval is None:
+        return GateResult(name, op, threshold, None, False, True, missing)
+    if op == ">=":
+        decided = interval.low > threshold or interval.high < threshold
+        passed = interval.low > threshold if decided else interval.estimate >= threshold
+    else:
+        decided = interval.high < threshold or interval.low > threshold
+        passed = interval.high < threshold if decided else interval.estimate <= threshold
+    return GateResult(name, op, threshold, interval, passed, decided,
+                      "" if decided else "the interval contains the threshold: judged by the estimate")
+
+
+def evaluate(spec: GateSpec, m: Measurement, baseline: Measurement | None, *, sequential: bool = False,
+             planned_n: int = 0) -> list[GateResult]:
+    """Every gate the profile sets, judged on the requests so far."""
+    gates = []
+    if spec.min_accept_length is not None:
+        gates.append(_judge("accept_length", ">=", spec.min_accept_length,
+                            accept_length(m, sequential=sequential, planned_n=planned_n),
+                            "no speculative counters (spec_verify_ct) came back: is speculation on?"))
+    if spec.min_speedup is not None:
+        missing = "no baseline to compare with: run `specctl baseline` or pass --baseline auto"
+        gates.append(_judge("speedup", ">=", spec.min_speedup,
+                            speedup(m, baseline, sequential=sequential, planned_n=planned_n) if baseline else None, missing))
+    if spec.max_ttft_s is not None:
+        gates.append(_judge("ttft_s", "<=", spec.max_ttft_s, ttft(m, sequential=sequential, planned_n=planned_n),
+                            "the server reported no first_token_latency: add `enable-metrics: true` to engine.args"))
+    return gates
+
+
+def all_decided(gates: list[GateResult]) -> bool:
+    return all(g.decided for g in gates)
