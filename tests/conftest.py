@@ -28,6 +28,7 @@ def _pinned_env(monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPa
         monkeypatch.setenv(var, str(home / var.lower()))
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.delenv("SPECCTL_DEBUG", raising=False)
+    monkeypatch.delenv("SPECCTL_LEDGER", raising=False)
 
 
 @pytest.fixture(scope="session")

@@ -63,6 +63,7 @@ class HostReport:
     rolled_back_to: str | None = None
     rollback_verdict: dict[str, Any] | None = None
     log_tail: tuple[str, ...] = ()
+    rolled_back: bool = False  # taken back by the failure policy (too many hosts failed to start)
 
     @property
     def passed(self) -> bool:
@@ -232,10 +233,14 @@ def deploy(ctx: Context, report: CheckReport, hosts: Sequence[HostSpec], *, max_
                                 on_progress=ctx.on_progress, run_id=run_id, cancel=ctx.cancel)
         ctx.cancel.check()
         for o in outcomes:
-            reports[o.host] = HostReport(o.host, o.ok, o.run_id if o.ok else None, o.detail, log_tail=o.log_tail)
+            reports[o.host] = HostReport(o.host, o.ok, o.run_id if o.ok else None, o.detail, log_tail=o.log_tail,
+                                         rolled_back=o.rolled_back)
             ctx.ledger.record_host(run_id, o.host, release=o.run_id if o.ok else None, commands=commands,
                                    verdict=None if o.ok else {"passed": False, "error": o.detail}, passed=None if o.ok else False)
         ready = [h for h in hosts if reports[h.name].ok]
+        multinode = p.parallel.nnodes > 1
+        if multinode:  # one server: node rank 0 answers for all; rollback of a multi-node release is manual
+            ready, auto_rollback = ready[:1] if ready and ready[0] is hosts[0] else [], False
         if run_verify and ready:
             def one(host: HostSpec) -> HostReport:
                 t, root = ctx.transport(host)
@@ -263,6 +268,9 @@ def deploy(ctx: Context, report: CheckReport, hosts: Sequence[HostSpec], *, max_
                     reports[h.name].verdict = {"passed": False, "error": getattr(exc, "message", str(exc))}
                     if isinstance(exc, Cancelled):
                         raise exc
+        if multinode and run_verify:
+            for h in hosts[1:]:
+                reports[h.name].verdict = reports[hosts[0].name].verdict
         passed = all(r.ok for r in reports.values()) and (not run_verify or all(r.passed for r in reports.values()))
         outcome.status = "succeeded" if passed else "failed"
         outcome.verdict = {"passed": passed, "verified": run_verify,

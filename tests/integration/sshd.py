@@ -54,6 +54,15 @@ class SshHost:
         return self.process is not None and self.process.poll() is None
 
 
+def _remove_stale(namespace: str, link: str, subnet: str) -> None:
+    """What a killed earlier run left with this run's names or subnet (a reused pid)."""
+    subprocess.run(["ip", "netns", "del", namespace], capture_output=True)
+    subprocess.run(["ip", "link", "del", link], capture_output=True)
+    for line in subprocess.run(["ip", "-o", "-4", "addr", "show"], capture_output=True, text=True).stdout.splitlines():
+        if f" {subnet}.1/24 " in line:
+            subprocess.run(["ip", "link", "del", line.split()[1]], capture_output=True)
+
+
 @dataclass
 class SshLab:
     """A set of sshd hosts plus the client-side files that reach them."""
@@ -83,6 +92,7 @@ class SshLab:
         if self.use_namespaces:
             ns, outside, inside = f"sc{self.tag}h{index}", f"sc{self.tag}h{index}a", f"sc{self.tag}h{index}b"
             subnet = f"10.{100 + os.getpid() % 100}.{index + 10}"  # per run, so concurrent runs never collide
+            _remove_stale(ns, outside, subnet)
             _run("ip", "netns", "add", ns)
             _run("ip", "link", "add", outside, "type", "veth", "peer", "name", inside)
             _run("ip", "link", "set", inside, "netns", ns)

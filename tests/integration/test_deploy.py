@@ -46,7 +46,7 @@ def test_deploy_status_logs_switch_stop(cli: Any, lab: SshLab, fleet: dict[str, 
     assert second.code == 0, second.stderr
     after = {h["host"]: h for h in cli("--json", "status", v1, *common).json()["hosts"]}
     for host in ("h0", "h1", "h2"):
-        assert after[host]["current"] != first[host]["run_id"] and after[host]["healthy"]
+        assert after[host]["current"] != first[host]["release"] and after[host]["healthy"]
         link = lab.hosts[host].root / "tiny-llama-demo" / "current"
         assert link.is_symlink() and link.resolve().name == after[host]["current"]
     stopped = cli("--json", "stop", v1, *common).json()["stopped"]
