@@ -1,0 +1,136 @@
+"""The seed scenario on a real OpenSSH host with the reference engine: v1 (trained layers) is
+deployed, verified and becomes known-good; v2 (same-width wrong layers, static check bypassed)
+fails verify on accept length and rolls back by itself; the ledger tells it all, `diff` names the
+capture ids, and a planted secret reaches neither the ledger nor the host's files. Then SIGTERM in
+the middle of a deploy: the run is closed as killed and the host keeps a `current`."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from specctl.flows.demo import write_inputs
+from tests.integration.sshd import SshLab
+
+NAME = "seed-demo"
+SECRET = "hf_s3cr3t-planted-by-the-test-0451"
+
+
+def _profiles(tmp_path: Path, port: int, host: str) -> tuple[Path, Path]:
+    v1, v2 = write_inputs(tmp_path, port)
+    for path in (v1, v2):
+        data = yaml.safe_load(path.read_text())
+        data["metadata"]["name"] = NAME
+        if path == v1:
+            data["engine"]["host"] = "0.0.0.0"
+            data["hosts"] = [host]
+            data["secrets"] = ["SEED_TOKEN"]
+            data["verify"] = {"workload": "chat-small", "requests": 24, "max_new_tokens": 64,
+                              "min_accept_length": 3.0, "min_speedup": 1.0}
+        path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return v1, v2
+
+
+def _link(lab: SshLab, host: str, link: str) -> str | None:
+    path = lab.hosts[host].root / NAME / link
+    return path.resolve().name if path.is_symlink() else None
+
+
+def test_seed_scenario(cli: Any, lab: SshLab, tmp_path: Path, monkeypatch: Any) -> None:
+    v1, v2 = _profiles(tmp_path, 31720, "h2")
+    monkeypatch.setenv("SEED_TOKEN", SECRET)
+    inventory = lab.inventory(tmp_path / "hosts.yaml", sys.executable)
+    ledger = tmp_path / "ledger.db"
+    common = ["--inventory", str(inventory), "--ssh-config", str(lab.ssh_config), "--ledger", str(ledger)]
+
+    first = cli("--json", "deploy", str(v1), *common)
+    assert first.code == 0, first.stdout + first.stderr
+    [h1] = first.json()["hosts"]
+    assert h1["verdict"]["passed"] and not h1["verdict"]["drift"]
+    good = h1["release"]
+    assert _link(lab, "h2", "current") == good and _link(lab, "h2", "known-good") == good
+
+    second = cli("--json", "deploy", str(v2), "--skip-check", *common)
+    assert second.code == 4, second.stdout + second.stderr
+    [h2] = second.json()["hosts"]
+    gates = {g["name"]: g for g in h2["verdict"]["gates"]}
+    assert not gates["accept_length"]["passed"] and gates["accept_length"]["decided"]
+    assert gates["accept_length"]["interval"]["high"] < 3.0
+    # the wrong layers are slower relative to the same baseline than the right ones
+    v1_speedup = {g["name"]: g for g in h1["verdict"]["gates"]}["speedup"]["interval"]["estimate"]
+    assert gates["speedup"]["interval"]["estimate"] < v1_speedup
+    assert h2["rolled_back_to"] == good and h2["rollback_verdict"]["passed"]
+    assert _link(lab, "h2", "current") == good and _link(lab, "h2", "known-good") == good
+
+    runs = cli("--json", "runs", "--ledger", str(ledger)).json()["runs"]
+    # the first deploy's verify found no baseline and ran one (--baseline auto) inside it
+    assert [(r["kind"], r["status"]) for r in runs] == [("deploy", "succeeded"), ("baseline", "succeeded"),
+                                                        ("deploy", "failed"), ("rollback", "succeeded")]
+    deploy1, baseline, deploy2, rollback = runs
+    assert rollback["parent"] == deploy2["id"] and deploy1["id"] == good
+    assert baseline["decode_tokens_per_s"] and deploy1["accept_length"] > 3.0 > deploy2["accept_length"]
+
+    diff = cli("--json", "diff", deploy1["id"], deploy2["id"], "--ledger", str(ledger)).json()
+    changed = {row["field"]: (row["a"], row["b"]) for row in diff["profile"]}
+    assert changed["drafter.layer_ids"] == (None, [-1, 1, 3])
+    assert any(row["field"].startswith("drafter_ids") or "ids" in row["field"] for row in diff["capture"])
+    assert any("drafter-overlay" in line for c in diff["commands"] for line in c["changed"])
+
+    shown = cli("show", rollback["id"], "--ledger", str(ledger))
+    assert shown.code == 0 and "PASS" in shown.stdout
+    report = tmp_path / "trend.html"
+    plot = cli("runs", "--plot", "--plot-file", str(report), "--ledger", str(ledger))
+    assert plot.code == 0 and NAME in plot.stdout and "<svg" in report.read_text()
+
+    # each release directory keeps its own record of the runs that touched it
+    records = sorted(p.name for p in (lab.hosts["h2"].root / NAME / "releases" / good / "runs").iterdir())
+    assert f"{deploy1['id']}.json" in records and f"{rollback['id']}.json" in records
+
+    # the planted secret reached the server's environment only: not the ledger, not a file on the host
+    stored = b"".join(p.read_bytes() for p in tmp_path.glob("ledger.db*"))
+    assert stored and SECRET.encode() not in stored
+    for path in lab.hosts["h2"].root.rglob("*"):
+        if path.is_file() and not path.is_symlink():
+            assert SECRET.encode() not in path.read_bytes(), path
+    cli("stop", str(v1), *common[:4])
+
+
+def test_sigterm_mid_deploy_closes_the_run_as_killed(cli: Any, lab: SshLab, tmp_path: Path) -> None:
+    v1, _ = _profiles(tmp_path, 31730, "h1")
+    inventory = lab.inventory(tmp_path / "hosts.yaml", sys.executable)
+    ledger = tmp_path / "ledger.db"
+    common = ["--inventory", str(inventory), "--ssh-config", str(lab.ssh_config), "--ledger", str(ledger)]
+    assert cli("deploy", str(v1), "--no-verify", *common).code == 0
+    before = _link(lab, "h1", "current")
+    hang = tmp_path / "hang.sh"
+    hang.write_text("#!/bin/sh\nexec sleep 600\n")
+    hang.chmod(0o755)
+    stuck = tmp_path / "profiles" / "stuck.yaml"
+    stuck.write_text(yaml.safe_dump({"apiVersion": "specctl/v1", "kind": "Profile", "extends": "tiny-llama-v1.yaml",
+                                     "metadata": {"name": NAME, "version": 7}, "engine": {"python": str(hang)}}))
+    child = subprocess.Popen([sys.executable, "-m", "specctl", "deploy", str(stuck), "--skip-check", *common],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, "NO_COLOR": "1"})
+    assert child.stderr is not None
+    deadline = time.monotonic() + 60
+    for line in child.stderr:  # wait until it waits for readiness: old server stopped, new one started
+        if "h1: starting" in line or time.monotonic() > deadline:
+            break
+    child.send_signal(signal.SIGTERM)
+    child.communicate(timeout=120)
+    assert child.returncode == 128 + signal.SIGTERM
+    runs = cli("--json", "runs", "--ledger", str(ledger)).json()["runs"]
+    assert [(r["kind"], r["status"]) for r in runs] == [("deploy", "succeeded"), ("deploy", "killed")]
+    assert _link(lab, "h1", "current") == before  # never without a current
+    assert not (lab.hosts["h1"].root / NAME / "lock").exists()
+    status = cli("--json", "status", str(v1), *common[:4]).json()["hosts"][0]
+    assert status["current"] == before and status["running"]  # the previous release was started again
+    again = cli("deploy", str(v1), "--no-verify", *common)  # the next deploy works
+    assert again.code == 0, again.stderr
+    cli("stop", str(v1), *common[:4])
