@@ -268,6 +268,6 @@ def unlock(ctx: typer.Context, profile: ProfileArg, hosts: HostsOpt = None, inve
                     lock.release(t, base)
                 removed[host.name] = held
                 rc.ledger.record_host(run_id, host.name, verdict={"removed": held})
-            outcome.verdict = {"passed": True, "removed": removed}
+            outcome.verdict = {"removed": removed}
     output.result({"run": run_id, "unlocked": removed},
                   "\n".join(f"{h}: removed lock of {lock.describe(w)}" if w else f"{h}: not locked" for h, w in removed.items()))

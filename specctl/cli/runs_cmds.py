@@ -5,14 +5,22 @@ from __future__ import annotations
 import html
 import json
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from specctl.cli._options import JsonOpt
 from specctl.cli._recording import LedgerOpt
 from specctl.cli.hosts_cmds import _output
-from specctl.ledger.ledger import Ledger, Run, ledger_path
+
+if TYPE_CHECKING:
+    from specctl.ledger.ledger import Run
+
+
+def _open(ledger: str | None) -> Any:
+    from specctl.ledger.ledger import Ledger, ledger_path  # sqlite3 stays off the path of check and render
+
+    return Ledger(ledger_path(ledger))
 
 
 def register(app: typer.Typer) -> None:
@@ -50,7 +58,7 @@ def runs(ctx: typer.Context,
     from rich.table import Table
 
     output = _output(ctx, json_mode)
-    book = Ledger(ledger_path(ledger))
+    book = _open(ledger)
     try:
         found = book.runs(profile=profile, host=host, kind=kind, limit=limit)
     finally:
@@ -62,7 +70,7 @@ def runs(ctx: typer.Context,
         output.result({"series": series, **({"report": str(plot_file)} if plot_file else {})}, terminal_chart(series))
         return
     table = Table("run", "kind", "profile", "hosts", "status", "verdict", "accept len", "tok/s", "speedup", "started",
-                  title=f"runs ({ledger_path(ledger)})", title_justify="left")
+                  title=f"runs ({book.path})", title_justify="left")
     for r in found:
         m = metrics(r)
         verdict = "-" if r.passed is None else ("pass" if r.passed else "FAIL")
@@ -86,7 +94,7 @@ def show(ctx: typer.Context, run: Annotated[str, typer.Argument(help="Run id (or
     from specctl.cli.views import verdict_view
 
     output = _output(ctx, json_mode)
-    book = Ledger(ledger_path(ledger))
+    book = _open(ledger)
     try:
         found = book.get(run)
     finally:
@@ -148,7 +156,7 @@ def diff(ctx: typer.Context, run_a: Annotated[str, typer.Argument(help="First ru
     from rich.table import Table
 
     output = _output(ctx, json_mode)
-    book = Ledger(ledger_path(ledger))
+    book = _open(ledger)
     try:
         a, b = book.get(run_a), book.get(run_b)
     finally:

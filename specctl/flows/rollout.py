@@ -273,7 +273,7 @@ def deploy(ctx: Context, report: CheckReport, hosts: Sequence[HostSpec], *, max_
                 reports[h.name].verdict = reports[hosts[0].name].verdict
         passed = all(r.ok for r in reports.values()) and (not run_verify or all(r.passed for r in reports.values()))
         outcome.status = "succeeded" if passed else "failed"
-        outcome.verdict = {"passed": passed, "verified": run_verify,
+        outcome.verdict = {"passed": passed if run_verify else None, "verified": run_verify,
                            "hosts": {h: {"ok": r.ok, "detail": r.detail, "verdict": r.verdict, "rolled_back_to": r.rolled_back_to}
                                      for h, r in reports.items()}}
     for h in hosts:

@@ -133,7 +133,9 @@ class Run:
 
     @property
     def passed(self) -> bool | None:
-        return None if self.verdict is None else bool(self.verdict.get("passed"))
+        """The verdict, or None when the run judged nothing (a deploy with --no-verify, an unlock)."""
+        value = (self.verdict or {}).get("passed")
+        return None if value is None else bool(value)
 
     def to_dict(self) -> dict[str, Any]:
         data = {k: v for k, v in self.__dict__.items() if k != "host_records"}

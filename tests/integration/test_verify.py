@@ -99,6 +99,10 @@ def test_seed_scenario(cli: Any, lab: SshLab, tmp_path: Path, monkeypatch: Any) 
     for path in lab.hosts["h2"].root.rglob("*"):
         if path.is_file() and not path.is_symlink():
             assert SECRET.encode() not in path.read_bytes(), path
+    # and by hand: back to v1 by profile@version (it restarts, verifies again, stays known-good)
+    manual = cli("--json", "rollback", "--to", f"{NAME}@1", "--host", "h2", *common)
+    assert manual.code == 0, manual.stdout + manual.stderr
+    assert manual.json()["hosts"][0]["verdict"]["passed"] and _link(lab, "h2", "current") == good
     cli("stop", str(v1), *common[:4])
 
 
