@@ -33,7 +33,9 @@ def _profiles(tmp_path: Path, port: int, host: str) -> tuple[Path, Path]:
             data["hosts"] = [host]
             data["secrets"] = ["SEED_TOKEN"]
             data["verify"] = {"workload": "chat-small", "requests": 24, "max_new_tokens": 64,
-                              "min_accept_length": 3.0, "min_speedup": 1.0}
+                              # speedup on a shared 2-core CPU swings (v1 1.1-1.7x): the gate sits low so
+                              # that v1 passes; accept length is what tells v2 apart (1.9 against 3.5)
+                              "min_accept_length": 3.0, "min_speedup": 0.8}
         path.write_text(yaml.safe_dump(data, sort_keys=False))
     return v1, v2
 
