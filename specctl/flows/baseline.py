@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 from specctl.cancel import NEVER, CancelToken
 from specctl.constants import STARTUP_BUDGET_S
@@ -15,7 +16,7 @@ from specctl.hosts.transport import Transport
 from specctl.release import release as rel
 from specctl.release.readiness import wait_ready
 from specctl.verdict.client import EngineClient
-from specctl.verdict.measure import Measurement, measure
+from specctl.verdict.measure import Measurement, measure, warm_up
 from specctl.verdict.workload import load_workload
 
 
@@ -30,8 +31,6 @@ def run_baseline(transport: Transport, root: str, report: CheckReport, *, run_id
                  budget_s: float = STARTUP_BUDGET_S, cancel: CancelToken = NEVER,
                  on_progress: Callable[[str], None] = lambda stage: None) -> BaselineResult:
     """Serve and measure the baseline on one host, then give the host back to the profile."""
-    from pathlib import Path
-
     profile = report.inputs.profile
     name, v = profile.metadata.name, profile.verify
     root = rel.host_root(transport, root)
@@ -43,7 +42,7 @@ def run_baseline(transport: Transport, root: str, report: CheckReport, *, run_id
                               budget_s=budget_s, on_progress=on_progress, cancel=cancel)
         workload = load_workload(v.workload, Path(report.inputs.profile_path).parent)
         client = EngineClient(deployed.url)
-        client.chat(workload.requests[0], max_new_tokens=min(8, v.max_new_tokens), temperature=v.temperature)  # warm-up
+        warm_up(client, workload, max_new_tokens=v.max_new_tokens, temperature=v.temperature)
         measured = measure(client, workload, requests=v.requests, max_new_tokens=v.max_new_tokens, temperature=v.temperature,
                            on_request=lambda i, g: on_progress(f"baseline request {i + 1}/{v.requests}"),
                            cancelled=lambda: cancel.cancelled)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from specctl.cancel import NEVER, Cancelled, CancelToken
@@ -15,11 +16,12 @@ from specctl.flows.baseline import run_baseline
 from specctl.flows.deploy import deploy_fleet
 from specctl.flows.rollback import choose_target, release_states, rollback_host
 from specctl.flows.static import CheckReport, plan
-from specctl.flows.verify import HostVerdict, baseline_key, keep_on_host, read_release, verify_release
+from specctl.flows.verify import HostVerdict, baseline_key, keep_on_host, read_release, summarize, verify_release
 from specctl.hosts.group import run_group
 from specctl.hosts.inventory import HostSpec
 from specctl.hosts.transport import Transport
 from specctl.ledger.ledger import Ledger
+from specctl.plan.findings import Severity
 from specctl.release import release as rel
 from specctl.verdict.measure import Measurement
 from specctl.verdict.workload import load_workload
@@ -94,8 +96,6 @@ def baseline(ctx: Context, report: CheckReport, host: HostSpec) -> tuple[str, Me
                               **_profile_fields(report)) as outcome:
         result = run_baseline(t, root, report, run_id=run_id, secrets_env=ctx.secrets_env, budget_s=ctx.budget_s, cancel=ctx.cancel,
                               on_progress=lambda stage: ctx.on_progress(host.name, stage))
-        from specctl.flows.verify import summarize
-
         summary = summarize(result.measurement, None, sequential=False, planned_n=0)
         ctx.ledger.record_host(run_id, host.name, release=run_id, commands=[n.argv for n in plan(report, baseline=True).nodes],
                                measurements=result.measurement.to_dict(), verdict={"summary": summary}, passed=True)
@@ -104,9 +104,7 @@ def baseline(ctx: Context, report: CheckReport, host: HostSpec) -> tuple[str, Me
     return run_id, result.measurement
 
 
-def _profile_dir(report: CheckReport) -> Any:
-    from pathlib import Path
-
+def _profile_dir(report: CheckReport) -> Path:
     return Path(report.inputs.profile_path).parent
 
 
@@ -144,8 +142,6 @@ def _verify_on(ctx: Context, run_id: str, host: HostSpec, release: rel.Release, 
 
 def verify(ctx: Context, report: CheckReport, hosts: Sequence[HostSpec], *, baseline_mode: str = "auto") -> list[HostReport]:
     """Verify what runs on each host against the profile: one recorded verify run."""
-    from specctl.plan.findings import Severity
-
     p = report.inputs.profile
     name = p.metadata.name
     static_errors = [f for f in report.findings if f.severity is Severity.ERROR]
@@ -216,8 +212,6 @@ def rollback(ctx: Context, host: HostSpec, profile: str, *, to_run: str | None =
 def deploy(ctx: Context, report: CheckReport, hosts: Sequence[HostSpec], *, max_failures: int = 0, run_verify: bool = True,
            auto_rollback: bool = True, baseline_mode: str = "auto", skip_check: bool = False) -> list[HostReport]:
     """Deploy, then verify every host that came up; a host that fails verify rolls back by itself."""
-    from specctl.plan.findings import Severity
-
     p = report.inputs.profile
     name = p.metadata.name
     run_id = rel.new_run_id()

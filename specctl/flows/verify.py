@@ -24,7 +24,7 @@ from specctl.release import release as rel
 from specctl.verdict import gates as gate
 from specctl.verdict import stats
 from specctl.verdict.client import EngineClient, EngineHTTPError
-from specctl.verdict.measure import Measurement, measure
+from specctl.verdict.measure import Measurement, measure, warm_up
 from specctl.verdict.workload import Workload, parse_workload
 
 
@@ -152,7 +152,7 @@ def verify_release(release: rel.Release, *, baseline: tuple[str, Measurement] | 
     v = profile.verify
     spec = gate_spec(profile)
     base = baseline[1] if baseline else None
-    client.chat(docs.workload.requests[0], max_new_tokens=min(8, v.max_new_tokens), temperature=v.temperature)  # warm-up, not counted
+    warm_up(client, docs.workload, max_new_tokens=v.max_new_tokens, temperature=v.temperature)
 
     def decided(m: Measurement) -> bool:
         if len(m.generations) < stats.MIN_SAMPLES:

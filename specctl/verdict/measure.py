@@ -52,6 +52,11 @@ class Measurement:
         return self.completion_tokens / self.wall_s if self.wall_s else 0.0
 
 
+def warm_up(client: EngineClient, workload: Workload, *, max_new_tokens: int, temperature: float = 0.0) -> None:
+    """One short request that is not counted: first-request costs (allocation, lazy init) stay out of the numbers."""
+    client.chat(workload.requests[0], max_new_tokens=min(8, max_new_tokens), temperature=temperature)
+
+
 def measure(client: EngineClient, workload: Workload, *, requests: int, max_new_tokens: int, temperature: float = 0.0,
             on_request: Callable[[int, Generation], None] = lambda i, g: None,
             enough: Callable[[Measurement], bool] = lambda m: False,
