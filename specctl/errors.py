@@ -7,7 +7,11 @@
     │   ├── EngineError               unknown engine, engine version or architecture
     │   └── ManifestImportError       a drafter's capture convention is ambiguous or missing
     ├── CheckFailed (1)               static checks found errors (raised by flows, not by checks)
+    ├── LedgerError (2)               the run ledger cannot be opened, read or written (path)
     └── HostError (3)                 a host or connection failure (hosts, transport; later issues)
+        ├── ConnectionLost            the connection broke while a command ran: it may or may not have run
+        └── EngineHTTPError           a server's answer: an error status, a timeout or a malformed body
+                                      (verdict/client.py, with EngineTimeout and EngineAnswerError)
 
 Subclasses carry structured fields, never preformatted or coloured text; `cli/_errors.py`
 turns them into what, where and how to fix.
@@ -20,11 +24,13 @@ from dataclasses import dataclass
 __all__ = [
     "CheckFailed",
     "CheckpointError",
+    "ConnectionLost",
     "DocumentError",
     "DocumentProblem",
     "EngineError",
     "HostError",
     "InputError",
+    "LedgerError",
     "ManifestImportError",
     "SpecctlError",
 ]
@@ -95,6 +101,17 @@ class CheckFailed(SpecctlError):
     exit_code = 1
 
 
+class LedgerError(SpecctlError):
+    """Raised when the ledger file cannot be opened, read or written (damaged, read-only, disk full,
+    a schema this specctl cannot use): exit code 2, since the user fixes the file or its place."""
+
+    exit_code = 2
+
+    def __init__(self, message: str, *, path: str, fix: str | None = None) -> None:
+        super().__init__(message, fix=fix)
+        self.path = path
+
+
 class HostError(SpecctlError):
     """Raised for an unreachable host or a failed remote command: exit code 3."""
 
@@ -105,3 +122,5 @@ class HostError(SpecctlError):
         self.host = host
 
 
+class ConnectionLost(HostError):
+    """Raised when a host's connection broke during a command; whether the command ran is unknown."""

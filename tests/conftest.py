@@ -43,6 +43,9 @@ def example_hub(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture
 def hub_env(example_hub: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("HF_HUB_CACHE", str(example_hub))
+    import huggingface_hub.constants  # it reads HF_HUB_CACHE once, when first imported
+
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(example_hub))
     return example_hub
 
 

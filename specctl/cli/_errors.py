@@ -10,7 +10,7 @@ from rich.markup import escape
 from rich.text import Text
 
 from specctl.cli._output import Output
-from specctl.errors import CheckpointError, DocumentError, EngineError, HostError, SpecctlError
+from specctl.errors import CheckpointError, DocumentError, EngineError, HostError, LedgerError, SpecctlError
 
 BUG_EXIT_CODE = 70  # EX_SOFTWARE: specctl itself failed
 
@@ -26,6 +26,12 @@ def error_data(exc: SpecctlError) -> dict[str, Any]:
         data |= {"engine": exc.engine, "version": exc.version}
     if isinstance(exc, HostError):
         data["host"] = exc.host
+    if isinstance(exc, LedgerError):
+        data["path"] = exc.path
+    if getattr(exc, "log", None):
+        data["log_tail"] = list(getattr(exc, "log"))
+    if getattr(exc, "__notes__", None):
+        data["notes"] = list(getattr(exc, "__notes__"))
     return data
 
 
@@ -54,6 +60,13 @@ def report(exc: BaseException, output: Output) -> int:
             output.err.print(Text.assemble(("  fix", "bold"), f": {p.fix}"))
         return exc.exit_code
     output.err.print(Text.assemble(("error", "bold red"), f": {exc.message}"))
+    for note in getattr(exc, "__notes__", ()):
+        output.err.print(Text(f"  {note}"))
+    log = getattr(exc, "log", None)
+    if log:
+        output.err.print(Text("  last lines of the server log:", style="bold"))
+        for line in log[-12:]:
+            output.err.print(Text(f"    {line}"))
     if exc.fix:
         output.err.print(Text.assemble(("  fix", "bold"), f": {exc.fix}"))
     return exc.exit_code

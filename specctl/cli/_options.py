@@ -3,9 +3,15 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
+
+from specctl.cli._output import Output
+from specctl.errors import InputError
+
+if TYPE_CHECKING:
+    from specctl.hosts.inventory import HostSpec
 
 ProfileArg = Annotated[Path, typer.Argument(help="Profile YAML file.", show_default=False)]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON on stdout.")]
@@ -22,3 +28,26 @@ EnginePythonOpt = Annotated[
     typer.Option("--engine-python", metavar="PATH",
                  help="Ask the engine installed for this interpreter (its own capture code and parser) instead of the table."),
 ]
+HostsOpt = Annotated[str | None, typer.Option("--hosts", "--host", help="Hosts or groups, comma-separated (default: the profile's).")]
+InventoryOpt = Annotated[str | None, typer.Option("--inventory", "-i", envvar="SPECCTL_INVENTORY", help="Inventory file (default ./hosts.yaml).")]
+SshConfigOpt = Annotated[str | None, typer.Option("--ssh-config", envvar="SPECCTL_SSH_CONFIG", help="ssh_config to use (default ~/.ssh/config).")]
+AcceptOpt = Annotated[bool, typer.Option("--accept-new-host-key", help="Add an unknown host key to known_hosts (never a changed one).")]
+ReasonOpt = Annotated[str | None, typer.Option("--reason", help="Why (recorded with the run).")]
+BaselineOpt = Annotated[str, typer.Option("--baseline", help="auto: run a baseline when none matches; ledger: only a recorded one; skip.")]
+
+
+def command_output(ctx: typer.Context, json_mode: bool) -> Output:
+    """The command's output sink, in JSON mode when the command or the root said --json."""
+    output: Output = ctx.obj
+    output.json_mode = output.json_mode or json_mode
+    return output
+
+
+def target_hosts(profile_hosts: list[str], hosts: str | None, inventory: str | None) -> list[HostSpec]:
+    """--hosts (names and groups, comma-separated), else the profile's hosts, resolved in the inventory."""
+    from specctl.hosts.inventory import inventory_path, resolve_hosts
+
+    names = [h.strip() for h in hosts.split(",") if h.strip()] if hosts else profile_hosts
+    if not names:
+        raise InputError("no hosts: the profile lists none and --hosts was not given", fix="add `hosts:` to the profile or pass --hosts")
+    return resolve_hosts(names, inventory_path(inventory))

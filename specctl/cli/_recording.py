@@ -14,7 +14,7 @@ import typer
 from specctl.cli._output import Output
 
 if TYPE_CHECKING:
-    from specctl.flows.rollout import Context
+    from specctl.flows.session import Context
 
 LedgerOpt = Annotated[str | None, typer.Option("--ledger", envvar="SPECCTL_LEDGER", help="Ledger file (default: the XDG data directory).")]
 
@@ -24,7 +24,7 @@ def recorded(output: Output, *, ledger: str | None, reason: str | None = None, s
              ssh_config: str | None = None, accept_new_host_key: bool = False, budget_s: float | None = None) -> Iterator[Context]:
     """Open the ledger and catch SIGTERM/SIGINT for the block; yields the flows' Context."""
     from specctl.cancel import on_signals
-    from specctl.flows.rollout import Context
+    from specctl.flows.session import Context
     from specctl.ledger.ledger import Ledger, ledger_path
 
     book = Ledger(ledger_path(ledger))

@@ -7,17 +7,25 @@ from typing import Annotated
 
 import typer
 
-from specctl.cli._options import JsonOpt, OfflineOpt, ProfileArg
+from specctl.cli._options import (
+    AcceptOpt,
+    BaselineOpt,
+    HostsOpt,
+    InventoryOpt,
+    JsonOpt,
+    OfflineOpt,
+    ProfileArg,
+    ReasonOpt,
+    SshConfigOpt,
+    command_output,
+    target_hosts,
+)
 from specctl.cli._output import Output
 from specctl.cli._recording import LedgerOpt, recorded
 from specctl.constants import STARTUP_BUDGET_S
-from specctl.errors import CheckFailed, HostError, InputError
+from specctl.errors import CheckFailed, HostError
 
-HostsOpt = Annotated[str | None, typer.Option("--hosts", "--host", help="Hosts or groups, comma-separated (default: the profile's).")]
-InventoryOpt = Annotated[str | None, typer.Option("--inventory", "-i", envvar="SPECCTL_INVENTORY", help="Inventory file (default ./hosts.yaml).")]
-SshConfigOpt = Annotated[str | None, typer.Option("--ssh-config", envvar="SPECCTL_SSH_CONFIG", help="ssh_config to use (default ~/.ssh/config).")]
 ROLLED_BACK_EXIT = 4  # deployed, verify failed, rolled back (DESIGN section 11)
-AcceptOpt = Annotated[bool, typer.Option("--accept-new-host-key", help="Add an unknown host key to known_hosts (never a changed one).")]
 
 
 def register(app: typer.Typer) -> None:
@@ -44,7 +52,7 @@ def hosts(
     from specctl.hosts.inventory import inventory_path, resolve_hosts
     from specctl.release import release as rel
 
-    output = _output(ctx, json_mode)
+    output = command_output(ctx, json_mode)
     path = inventory_path(inventory)
     if not names:
         from specctl.profile import load_document
@@ -82,31 +90,16 @@ def hosts(
         raise typer.Exit(HostError.exit_code)
 
 
-def _hosts(profile_hosts: list[str], hosts: str | None, inventory: str | None):  # type: ignore[no-untyped-def]
-    from specctl.hosts.inventory import inventory_path, resolve_hosts
-
-    names = [h.strip() for h in hosts.split(",") if h.strip()] if hosts else profile_hosts
-    if not names:
-        raise InputError("no hosts: the profile lists none and --hosts was not given", fix="add `hosts:` to the profile or pass --hosts")
-    return resolve_hosts(names, inventory_path(inventory))
-
-
-def _output(ctx: typer.Context, json_mode: bool) -> Output:
-    output: Output = ctx.obj
-    output.json_mode = output.json_mode or json_mode
-    return output
-
-
 def deploy(
     ctx: typer.Context, profile: ProfileArg, hosts: HostsOpt = None, inventory: InventoryOpt = None,
-    reason: Annotated[str | None, typer.Option("--reason", help="Why (recorded with the run).")] = None,
+    reason: ReasonOpt = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Show what would change on each host; change nothing.")] = False,
     max_failures: Annotated[int, typer.Option("--max-failures", help="Hosts that may fail before the others roll back.")] = 0,
     skip_check: Annotated[bool, typer.Option("--skip-check", help="Deploy even when static checks fail (recorded).")] = False,
     startup_timeout: Annotated[float, typer.Option("--startup-timeout", help="Seconds a server may take to answer a generation.")] = STARTUP_BUDGET_S,
     no_verify: Annotated[bool, typer.Option("--no-verify", help="Do not verify after the deploy (the run records no verdict).")] = False,
     no_rollback: Annotated[bool, typer.Option("--no-rollback", help="Keep a release whose verify failed (exit 1 instead of 4).")] = False,
-    baseline_mode: Annotated[str, typer.Option("--baseline", help="auto: run a baseline when none matches; ledger: only a recorded one; skip.")] = "auto",
+    baseline_mode: BaselineOpt = "auto",
     ledger: LedgerOpt = None,
     ssh_config: SshConfigOpt = None, accept_new_host_key: AcceptOpt = False, json_mode: JsonOpt = False, offline: OfflineOpt = False,
 ) -> None:
@@ -114,17 +107,19 @@ def deploy(
     verify it, and roll a host back by itself when its verify fails (exit 4)."""
     from rich.table import Table
 
-    from specctl.cli.views import findings_view
-    from specctl.cli.verify_cmds import _check_mode, show_reports
-    from specctl.flows import rollout, static
+    from specctl.cli.views import findings_view, show_reports
+    from specctl.flows import static
+    from specctl.flows.baseline import checked_mode
+    from specctl.flows.deploy import deploy as deploy_flow
 
-    output = _output(ctx, json_mode)
+    output = command_output(ctx, json_mode)
+    mode = checked_mode(baseline_mode)
     report = static.check(profile, offline=offline)
     errors = [f for f in report.findings if f.severity.value == "error"]
     if errors and not skip_check:
         output.hint(findings_view(f"deploy refused: {profile}", errors))
         raise CheckFailed(f"{len(errors)} check error(s); nothing deployed", fix=f"fix them (specctl check {profile}) or pass --skip-check")
-    targets = _hosts(report.inputs.profile.hosts, hosts, inventory)
+    targets = target_hosts(report.inputs.profile.hosts, hosts, inventory)
     p = report.inputs.profile
     if dry_run:
         rows = [_dry_run_row(h, p.metadata.name, p.metadata.version, ssh_config, accept_new_host_key) for h in targets]
@@ -135,8 +130,8 @@ def deploy(
         return
     with recorded(output, ledger=ledger, reason=reason, secrets=p.secrets, ssh_config=ssh_config,
                   accept_new_host_key=accept_new_host_key, budget_s=startup_timeout) as rc:
-        reports = rollout.deploy(rc, report, targets, max_failures=max_failures, run_verify=not no_verify,
-                                 auto_rollback=not no_rollback, baseline_mode=_check_mode(baseline_mode), skip_check=skip_check)
+        reports = deploy_flow(rc, report, targets, max_failures=max_failures, run_verify=not no_verify,
+                              auto_rollback=not no_rollback, baseline_mode=mode, skip_check=skip_check)
     if no_verify or output.json_mode:
         table = Table("host", "result", "release", title=f"deploy {p.metadata.name} v{p.metadata.version}", title_justify="left")
         for o in reports:
@@ -173,55 +168,49 @@ def _dry_run_row(host, name: str, version: int, ssh_config: str | None, accept: 
     return {"host": host.name, "current": shown, "would_deploy": f"v{version} (a new release; current switches when ready)"}
 
 
-def _current(ctx_hosts, profile_name: str, ssh_config: str | None):  # type: ignore[no-untyped-def]
-    from specctl.release import release as rel
-
-    for host in ctx_hosts:
-        t = host.transport(ssh_config=ssh_config)
-        root = rel.host_root(t, host.root)
-        run_id = rel.linked(t, root, profile_name)
-        yield host, t, (rel.Release(t, root, profile_name, run_id) if run_id else None)
-
-
 def status(ctx: typer.Context, profile: ProfileArg, hosts: HostsOpt = None, inventory: InventoryOpt = None,
-           ssh_config: SshConfigOpt = None, json_mode: JsonOpt = False) -> None:
-    """What runs on each host: current release, process, health."""
+           ssh_config: SshConfigOpt = None, accept_new_host_key: AcceptOpt = False, json_mode: JsonOpt = False) -> None:
+    """What runs on each host: current release, its process and health, any other server of the
+    profile (a release not made current stops itself by its deadline), and who holds the lock."""
     from rich.table import Table
 
+    from specctl.flows import servers
     from specctl.profile import load_profile
-    from specctl.release import release as rel
-    from specctl.verdict.client import EngineClient
 
-    output = _output(ctx, json_mode)
-    p = load_profile(profile).model
-    rows = []
-    for host, t, current in _current(_hosts(p.hosts, hosts, inventory), p.metadata.name, ssh_config):
-        group = rel.pid(current) if current else None
-        running = bool(group and rel.alive(t, group))
-        healthy = running and EngineClient(f"http://{t.address}:{p.engine.port}", timeout_s=10).healthy(timeout_s=10)
-        rows.append({"host": host.name, "current": current.run_id if current else None, "pid": group, "running": running, "healthy": healthy})
-    table = Table("host", "current release", "pid", "running", "healthy", title=f"{p.metadata.name}", title_justify="left")
+    output = command_output(ctx, json_mode)
+    p = load_profile(profile, check_files=False).model
+    rows = servers.status(servers.Reach(ssh_config, accept_new_host_key), p.metadata.name, p.engine.port,
+                          target_hosts(p.hosts, hosts, inventory))
+    table = Table("host", "current release", "running", "healthy", "state", title=f"{p.metadata.name}", title_justify="left")
     for r in rows:
-        table.add_row(r["host"], r["current"] or "-", str(r["pid"] or "-"), "yes" if r["running"] else "no", "yes" if r["healthy"] else "no")
-    output.result({"profile": p.metadata.name, "hosts": rows}, table)
+        table.add_row(r.host, r.current or "-", "yes" if r.running else "no", "yes" if r.healthy else "no",
+                      r.summary + (f"; locked by {r.locked_by}" if r.locked_by else ""))
+    output.result({"profile": p.metadata.name, "hosts": [{**r.__dict__, "state": r.summary} for r in rows]}, table)
+    if any(r.error for r in rows):
+        raise typer.Exit(HostError.exit_code)
 
 
 def logs(ctx: typer.Context, profile: ProfileArg, hosts: HostsOpt = None, inventory: InventoryOpt = None, ssh_config: SshConfigOpt = None,
          lines: Annotated[int, typer.Option("-n", "--lines", help="Lines from the end.")] = 50,
          follow: Annotated[bool, typer.Option("-f", "--follow", help="Keep printing new lines (Ctrl-C stops).")] = False) -> None:
     """The server log of the current release on each host."""
+    from specctl.flows.servers import Reach
     from specctl.profile import load_profile
     from specctl.release import release as rel
 
     output: Output = ctx.obj
-    p = load_profile(profile).model
-    targets = list(_current(_hosts(p.hosts, hosts, inventory), p.metadata.name, ssh_config))
+    p = load_profile(profile, check_files=False).model
+    name = p.metadata.name
+    targets = []
+    for host in target_hosts(p.hosts, hosts, inventory):
+        t, root = Reach(ssh_config).open(host)
+        run_id = rel.linked(t, root, name)
+        if run_id:
+            targets.append((host, rel.Release(t, root, name, run_id)))
     seen: dict[str, int] = {}
     while True:
-        for host, t, current in targets:
-            if current is None:
-                continue
-            text = (t.read(current.path(rel.LOG)) or b"").decode(errors="replace").splitlines()
+        for host, current in targets:
+            text = (current.transport.read(current.path(rel.LOG)) or b"").decode(errors="replace").splitlines()
             start = seen.get(host.name, max(0, len(text) - lines))
             for line in text[start:]:
                 output.raw(f"{host.name} | {line}\n" if len(targets) > 1 else line + "\n")
@@ -232,42 +221,41 @@ def logs(ctx: typer.Context, profile: ProfileArg, hosts: HostsOpt = None, invent
 
 
 def stop(ctx: typer.Context, profile: ProfileArg, hosts: HostsOpt = None, inventory: InventoryOpt = None,
-         ssh_config: SshConfigOpt = None, json_mode: JsonOpt = False) -> None:
-    """Stop the profile's server on each host (its whole process group)."""
-    from specctl.profile import load_profile
-    from specctl.release import release as rel
+         ssh_config: SshConfigOpt = None, accept_new_host_key: AcceptOpt = False, json_mode: JsonOpt = False) -> None:
+    """Stop every server of the profile on each host (current or not; whole process groups), under its lock."""
+    import shlex
+    import sys
 
-    output = _output(ctx, json_mode)
-    p = load_profile(profile).model
-    result = {host.name: (rel.stop(current) if current else False) for host, _, current in _current(_hosts(p.hosts, hosts, inventory), p.metadata.name, ssh_config)}
-    output.result({"stopped": result}, "\n".join(f"{h}: {'stopped' if s else 'nothing running'}" for h, s in result.items()))
+    from specctl.flows import servers
+    from specctl.profile import load_profile
+
+    output = command_output(ctx, json_mode)
+    p = load_profile(profile, check_files=False).model
+    result = servers.stop(servers.Reach(ssh_config, accept_new_host_key), p.metadata.name, target_hosts(p.hosts, hosts, inventory),
+                          command=shlex.join(["specctl", *sys.argv[1:]]))
+    stopped = {h: bool(r) if isinstance(r, list) else False for h, r in result.items()}
+    lines = [f"{h}: " + (f"FAILED: {r}" if isinstance(r, str) else f"stopped {', '.join(r)}" if r else "nothing running")
+             for h, r in result.items()]
+    output.result({"stopped": stopped, "releases": {h: r for h, r in result.items() if isinstance(r, list)},
+                   "errors": {h: r for h, r in result.items() if isinstance(r, str)}}, "\n".join(lines))
+    if any(isinstance(r, str) for r in result.values()):
+        raise typer.Exit(HostError.exit_code)
 
 
 def unlock(ctx: typer.Context, profile: ProfileArg, hosts: HostsOpt = None, inventory: InventoryOpt = None,
-           reason: Annotated[str | None, typer.Option("--reason", help="Why (recorded with the run).")] = None,
-           ledger: LedgerOpt = None, ssh_config: SshConfigOpt = None, json_mode: JsonOpt = False) -> None:
-    """Remove a stale deploy lock, showing whose it was; recorded in the ledger."""
+           reason: ReasonOpt = None, ledger: LedgerOpt = None, ssh_config: SshConfigOpt = None,
+           force: Annotated[bool, typer.Option("--force", help="Remove the lock even though its holder may still run.")] = False,
+           json_mode: JsonOpt = False) -> None:
+    """Remove a stale lock, showing whose it was; refused while its holder runs unless --force. Recorded in the ledger."""
+    from specctl.flows.unlock import unlock as unlock_flow
     from specctl.profile import load_profile
     from specctl.release import lock
-    from specctl.release import release as rel
 
-    output = _output(ctx, json_mode)
-    loaded = load_profile(profile)
+    output = command_output(ctx, json_mode)
+    loaded = load_profile(profile, check_files=False)
     p = loaded.model
-    targets = _hosts(p.hosts, hosts, inventory)
-    removed = {}
+    targets = target_hosts(p.hosts, hosts, inventory)
     with recorded(output, ledger=ledger, reason=reason, ssh_config=ssh_config) as rc:
-        run_id = rel.new_run_id()
-        with rc.ledger.recording(run_id, "unlock", command=rc.command, hosts=[h.name for h in targets], reason=reason,
-                                 profile=p.model_dump(mode="json", by_alias=True), profile_sha256=loaded.sha256) as outcome:
-            for host in targets:
-                t, root = rc.transport(host)
-                base = f"{root}/{p.metadata.name}"
-                held = lock.read(t, base)
-                if held is not None:
-                    lock.release(t, base)
-                removed[host.name] = held
-                rc.ledger.record_host(run_id, host.name, verdict={"removed": held})
-            outcome.verdict = {"removed": removed}
+        run_id, removed = unlock_flow(rc, p.model_dump(mode="json", by_alias=True), loaded.sha256, targets, force=force)
     output.result({"run": run_id, "unlocked": removed},
                   "\n".join(f"{h}: removed lock of {lock.describe(w)}" if w else f"{h}: not locked" for h, w in removed.items()))

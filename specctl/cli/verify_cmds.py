@@ -2,45 +2,30 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
-from specctl.cli._options import JsonOpt, OfflineOpt, ProfileArg
+from specctl.cli._options import (
+    AcceptOpt,
+    BaselineOpt,
+    HostsOpt,
+    InventoryOpt,
+    JsonOpt,
+    OfflineOpt,
+    ProfileArg,
+    ReasonOpt,
+    SshConfigOpt,
+    command_output,
+    target_hosts,
+)
 from specctl.cli._recording import LedgerOpt, recorded
-from specctl.cli.hosts_cmds import AcceptOpt, HostsOpt, InventoryOpt, SshConfigOpt, _hosts, _output
 from specctl.errors import CheckFailed, HostError, InputError
-
-BaselineOpt = Annotated[str, typer.Option("--baseline", help="auto: run a baseline when none matches; ledger: only a recorded one; skip.")]
-ReasonOpt = Annotated[str | None, typer.Option("--reason", help="Why (recorded with the run).")]
 
 
 def register(app: typer.Typer) -> None:
     for fn in (verify, baseline, rollback):
         app.command(fn.__name__)(fn)
-
-
-def _check_mode(mode: str) -> str:
-    from specctl.flows.rollout import BASELINE_MODES
-
-    if mode not in BASELINE_MODES:
-        raise InputError(f"--baseline {mode!r} is not one of {', '.join(BASELINE_MODES)}", fix="use --baseline auto, ledger or skip")
-    return mode
-
-
-def show_reports(output, reports, title: str) -> None:  # type: ignore[no-untyped-def]
-    """Every host's verdict for people (stderr-free), or the reports as JSON."""
-    from rich.console import Group
-
-    from specctl.cli.views import verdict_view
-
-    views = []
-    for r in reports:
-        views.append(verdict_view(r.host, r.verdict) if r.verdict and r.verdict.get("gates") is not None else f"{r.host}: {r.detail}")
-        if r.rolled_back_to:
-            views.append(f"{r.host}: rolled back to {r.rolled_back_to}")
-            views.append(verdict_view(r.host, r.rollback_verdict))
-    output.result({"title": title, "hosts": [r.__dict__ for r in reports]}, Group(*views))
 
 
 def verify(ctx: typer.Context, profile: ProfileArg, hosts: HostsOpt = None, inventory: InventoryOpt = None,
@@ -49,14 +34,18 @@ def verify(ctx: typer.Context, profile: ProfileArg, hosts: HostsOpt = None, inve
            offline: OfflineOpt = False) -> None:
     """Static checks against each host, drift of the live server against the plan, and the live
     measurement with its gates (95 % intervals, stopping early once decided). Exit 1 when a gate fails."""
-    from specctl.flows import rollout, static
+    from specctl.cli.views import show_reports
+    from specctl.flows import static
+    from specctl.flows.baseline import checked_mode
+    from specctl.flows.verify import verify as verify_flow
 
-    output = _output(ctx, json_mode)
+    output = command_output(ctx, json_mode)
+    mode = checked_mode(baseline_mode)
     report = static.check(profile, offline=offline)
-    targets = _hosts(report.inputs.profile.hosts, hosts, inventory)
+    targets = target_hosts(report.inputs.profile.hosts, hosts, inventory)
     with recorded(output, ledger=ledger, reason=reason, secrets=report.inputs.profile.secrets, ssh_config=ssh_config,
                   accept_new_host_key=accept_new_host_key) as rc:
-        reports = rollout.verify(rc, report, targets, baseline_mode=_check_mode(baseline_mode))
+        reports = verify_flow(rc, report, targets, baseline_mode=mode)
     show_reports(output, reports, f"verify {report.inputs.profile.metadata.name}")
     if not all(r.ok for r in reports):
         raise typer.Exit(HostError.exit_code)
@@ -71,17 +60,18 @@ def baseline(ctx: typer.Context, profile: ProfileArg, hosts: HostsOpt = None, in
     workload and record it; verify divides by it. The profile's own server is restarted after."""
     from rich.table import Table
 
-    from specctl.flows import rollout, static
+    from specctl.flows import static
+    from specctl.flows.baseline import baseline as baseline_flow
     from specctl.verdict import gates
 
-    output = _output(ctx, json_mode)
+    output = command_output(ctx, json_mode)
     report = static.check(profile, offline=offline)
-    targets = _hosts(report.inputs.profile.hosts, hosts, inventory)
-    rows = []
+    targets = target_hosts(report.inputs.profile.hosts, hosts, inventory)
+    rows: list[dict[str, Any]] = []
     with recorded(output, ledger=ledger, reason=reason, secrets=report.inputs.profile.secrets, ssh_config=ssh_config,
                   accept_new_host_key=accept_new_host_key) as rc:
         for host in targets:
-            run_id, measured = rollout.baseline(rc, report, host)
+            run_id, measured = baseline_flow(rc, report, host)
             tput = gates.throughput(measured)
             rows.append({"host": host.name, "run": run_id, "requests": len(measured.generations),
                          "decode_tokens_per_s": tput.to_dict() if tput else None})
@@ -100,14 +90,15 @@ def rollback(ctx: typer.Context,
              accept_new_host_key: AcceptOpt = False, json_mode: JsonOpt = False) -> None:
     """Restart a stored release (default: the newest verified one that is not current), verify it,
     switch `current` (and `known-good` when it passes). Exit 1 when its verify fails."""
-    from specctl.flows import rollout
+    from specctl.cli.views import show_reports
+    from specctl.flows.rollback import rollback as rollback_flow
     from specctl.ledger.ledger import Ledger, ledger_path
 
-    output = _output(ctx, json_mode)
-    name, to_run, to_version, run_hosts = _rollback_target(profile, to, Ledger(ledger_path(ledger)))
-    targets = _hosts(run_hosts, hosts, inventory)
+    output = command_output(ctx, json_mode)
+    name, to_run, to_version, run_hosts = _rollback_target(profile, to, Ledger(ledger_path(ledger), readonly=True))
+    targets = target_hosts(run_hosts, hosts, inventory)
     with recorded(output, ledger=ledger, reason=reason, ssh_config=ssh_config, accept_new_host_key=accept_new_host_key) as rc:
-        reports = [rollout.rollback(rc, host, name, to_run=to_run, to_version=to_version) for host in targets]
+        reports = [rollback_flow(rc, host, name, to_run=to_run, to_version=to_version) for host in targets]
     show_reports(output, reports, f"rollback {name}")
     if not all(r.passed for r in reports):
         raise typer.Exit(CheckFailed.exit_code)

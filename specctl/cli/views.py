@@ -3,13 +3,18 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from rich.console import Group, RenderableType
 from rich.padding import Padding
 from rich.text import Text
 
+from specctl.cli._output import Output
 from specctl.plan.findings import Finding, Severity
 from specctl.plan.plan import Plan
+
+if TYPE_CHECKING:
+    from specctl.flows.report import HostReport
 
 _STYLE = {Severity.ERROR: "bold red", Severity.WARNING: "yellow", Severity.INFO: "cyan"}
 
@@ -105,3 +110,14 @@ def verdict_view(host: str, verdict: dict[str, object] | None) -> RenderableType
         if f.get("severity") == "error":
             blocks.append(Text.assemble(("  error ", "bold red"), (f["code"], "bold"), f" {f['message']}  fix: {f['fix']}"))
     return Group(*blocks)
+
+
+def show_reports(output: Output, reports: Sequence[HostReport], title: str) -> None:
+    """Every host's verdict for people, or the reports as JSON."""
+    views: list[RenderableType] = []
+    for r in reports:
+        views.append(verdict_view(r.host, r.verdict) if r.verdict and r.verdict.get("gates") is not None else f"{r.host}: {r.detail}")
+        if r.rolled_back_to:
+            views.append(f"{r.host}: rolled back to {r.rolled_back_to}")
+            views.append(verdict_view(r.host, r.rollback_verdict))
+    output.result({"title": title, "hosts": [r.__dict__ for r in reports]}, Group(*views))

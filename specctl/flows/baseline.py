@@ -1,60 +1,97 @@
 """The baseline: the same target without speculation, measured on the same workload, so that
-speedup has something honest to divide by. It borrows the host: the profile's server is stopped,
-the baseline served and measured, then the profile's current release is started again."""
+speedup has something honest to divide by. It borrows the host under the profile's lock: the
+profile's servers stop, the baseline is brought up and measured, then every stage is undone, which
+stops the baseline and starts the profile's `current` again."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
-from pathlib import Path
+import hashlib
+import json
 
-from specctl.cancel import NEVER, CancelToken
-from specctl.constants import STARTUP_BUDGET_S
-from specctl.flows.deploy import deploy_one
-from specctl.flows.static import CheckReport
-from specctl.hosts.transport import Transport
-from specctl.release import release as rel
-from specctl.release.readiness import wait_ready
+from specctl.errors import InputError
+from specctl.flows.change import Change
+from specctl.flows.recorder import recording
+from specctl.flows.release_files import profile_workload, release_contents
+from specctl.flows.report import profile_fields
+from specctl.flows.session import Context, HostSession
+from specctl.flows.stages import Stage, Walk
+from specctl.flows.static import CheckReport, plan
+from specctl.hosts.inventory import HostSpec
+from specctl.profile.profile import Profile
 from specctl.verdict.client import EngineClient
 from specctl.verdict.measure import Measurement, measure, warm_up
-from specctl.verdict.workload import load_workload
+from specctl.verdict.summary import summarize
+
+BASELINE_MODES = ("auto", "ledger", "skip")  # run one when missing / only use a recorded one / no speedup gate
+BASELINE_SUFFIX = "-baseline"
 
 
-@dataclass(frozen=True)
-class BaselineResult:
-    release: rel.Release
-    measurement: Measurement
-    workload_sha256: str
+def baseline_key(profile: Profile, workload_sha256: str) -> str:
+    """What makes a baseline comparable: target and revision, TP, GPU type, engine and version, workload."""
+    key = {"target": profile.target.model, "revision": profile.target.revision, "tp": profile.parallel.tp,
+           "nnodes": profile.parallel.nnodes, "gpu": profile.hardware.gpu, "engine": profile.engine.name,
+           "engine_version": profile.engine.version, "workload_sha256": workload_sha256,
+           "max_new_tokens": profile.verify.max_new_tokens, "temperature": profile.verify.temperature}
+    return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def run_baseline(transport: Transport, root: str, report: CheckReport, *, run_id: str, secrets_env: dict[str, str] | None = None,
-                 budget_s: float = STARTUP_BUDGET_S, cancel: CancelToken = NEVER,
-                 on_progress: Callable[[str], None] = lambda stage: None) -> BaselineResult:
-    """Serve and measure the baseline on one host, then give the host back to the profile."""
+def baseline(ctx: Context, report: CheckReport, host: HostSpec) -> tuple[str, Measurement]:
+    """Serve the profile's target without speculation on `host`, measure it, record it."""
     profile = report.inputs.profile
     name, v = profile.metadata.name, profile.verify
-    root = rel.host_root(transport, root)
-    current = rel.linked(transport, root, name)
-    was_running = rel.stop_running(transport, root, name)
-    deployed = None
-    try:
-        deployed = deploy_one(transport, root, report, baseline=True, run_id=run_id, secrets_env=secrets_env,
-                              budget_s=budget_s, on_progress=on_progress, cancel=cancel)
-        workload = load_workload(v.workload, Path(report.inputs.profile_path).parent)
-        client = EngineClient(deployed.url)
-        warm_up(client, workload, max_new_tokens=v.max_new_tokens, temperature=v.temperature)
-        measured = measure(client, workload, requests=v.requests, max_new_tokens=v.max_new_tokens, temperature=v.temperature,
-                           on_request=lambda i, g: on_progress(f"baseline request {i + 1}/{v.requests}"),
-                           cancelled=lambda: cancel.cancelled)
-        cancel.check()
-        return BaselineResult(deployed.release, measured, workload.sha256)
-    finally:
-        if deployed is not None:
-            rel.stop(deployed.release)
-        if current and was_running:  # give the host back as it was
-            back = rel.Release(transport, root, name, current)
-            rel.start(back, env=secrets_env)
-            if not cancel.cancelled:
-                on_progress(f"restarting {current}")
-                wait_ready(back, rel.port(back) or profile.engine.port, report.inputs.engine.startup_stages(),
-                           budget_s=budget_s, cancel=cancel)
+    workload = profile_workload(report)
+    session = ctx.session(host, name)
+    the_plan = plan(report, baseline=True)
+    with recording(ctx, "baseline", hosts=[host.name], baseline_key=baseline_key(profile, workload.sha256),
+                   inputs={"workload": workload.name, "workload_sha256": workload.sha256}, **profile_fields(report)) as rec:
+        with session.locked(rec.run_id):
+            change = Change(session, session.release(rec.run_id, name + BASELINE_SUFFIX), port=profile.engine.port,
+                            python=profile.engine.python, distribution=report.inputs.engine.distribution(),
+                            startup_stages=report.inputs.engine.startup_stages(), budget_s=ctx.budget_s,
+                            files=release_contents(report, the_plan, the_plan.nodes[0]), clear=(name, name + BASELINE_SUFFIX))
+            walk = Walk(rec.events(host.name), before=ctx.cancel.check)
+            measured: list[Measurement] = []
+
+            def measure_stage() -> None:
+                client = EngineClient(f"http://{session.transport.address}:{profile.engine.port}", cancel=ctx.cancel)
+                warm_up(client, workload, max_new_tokens=v.max_new_tokens, temperature=v.temperature)
+                measured.append(measure(client, workload, requests=v.requests, max_new_tokens=v.max_new_tokens,
+                                        temperature=v.temperature, cancelled=lambda: ctx.cancel.cancelled,
+                                        on_request=lambda i, g: session.progress(f"baseline request {i + 1}/{v.requests}")))
+                ctx.cancel.check()
+
+            walk.run([*change.stages(), Stage("measure", measure_stage)])
+            walk.unwind()  # give the host back: the baseline stops, the profile's current starts again
+        result = measured[0]
+        summary = summarize(result, None, sequential=False, planned_n=0)
+        rec.host(host.name, release=rec.run_id, commands=[list(n.argv) for n in the_plan.nodes],
+                 measurements=result.to_dict(), verdict={"summary": summary}, passed=True)
+        rec.outcome.verdict = {"passed": True, "summary": summary}
+    return rec.run_id, result
+
+
+def find_baseline(ctx: Context, key: str, host: str) -> tuple[str, Measurement] | None:
+    found = ctx.ledger.latest_baseline(key, host)
+    if found is None:
+        return None
+    record = next((h for h in found.host_records if h.measurements), None)
+    return (found.id, Measurement.from_dict(record.measurements)) if record and record.measurements else None
+
+
+def baseline_for(session: HostSession, run_id: str, report: CheckReport | None, mode: str) -> tuple[str, Measurement] | None:
+    """The baseline that release `run_id` is compared with: recorded, or (mode auto, with the
+    profile's report at hand) measured now."""
+    docs = session.docs(run_id)
+    if mode == "skip" or docs.profile.verify.min_speedup is None:
+        return None
+    found = find_baseline(session.ctx, baseline_key(docs.profile, docs.workload.sha256), session.name)
+    if found is None and mode == "auto" and report is not None:
+        return baseline(session.ctx, report, session.spec)
+    return found
+
+
+def checked_mode(mode: str) -> str:
+    """A --baseline value, refused before any host is touched when it is not one of BASELINE_MODES."""
+    if mode not in BASELINE_MODES:
+        raise InputError(f"--baseline {mode!r} is not one of {', '.join(BASELINE_MODES)}", fix="use --baseline auto, ledger or skip")
+    return mode

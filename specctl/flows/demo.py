@@ -16,8 +16,13 @@ from typing import Any
 import yaml
 
 from specctl.flows import static
-from specctl.flows.deploy import Deployed, deploy_one
-from specctl.hosts.local import local_transport
+from specctl.flows.change import Change
+from specctl.flows.release_files import release_contents
+from specctl.flows.session import Context
+from specctl.flows.stages import Walk
+from specctl.hosts.inventory import HostSpec
+from specctl.hosts.local import LOCAL
+from specctl.ledger.ledger import Ledger
 from specctl.plan.findings import Finding
 from specctl.release import release as rel
 from specctl.verdict.client import EngineClient
@@ -88,18 +93,25 @@ def run_demo(workdir: Path, *, port: int = 31000, requests: int = 8, max_new_tok
     workdir.mkdir(parents=True, exist_ok=True)
     v1, v2 = write_inputs(workdir, port)
     result = DemoResult(str(workdir))
-    local = local_transport()
-    root = str(workdir / "hosts" / "local")
+    ctx = Context(Ledger(workdir / "ledger.db"), "specctl demo", budget_s=300, on_progress=lambda host, stage: progress(stage))
+    session = ctx.session(HostSpec(LOCAL, str(workdir / "hosts" / "local"), None, None, {}), "tiny-llama-demo")
     workload = load_workload("chat-small")
-    started: list[Deployed] = []
+    started: list[rel.Release] = []
 
     def run(label: str, report: static.CheckReport, baseline: bool = False) -> None:
         say(f"deploy {label} to local")
-        deployed = deploy_one(local, root, report, baseline=baseline, budget_s=300, on_progress=progress)
-        started.append(deployed)
-        measured = measure(EngineClient(deployed.url), workload, requests=requests, max_new_tokens=max_new_tokens)
-        result.runs[label] = {**summary(measured), "startup_s": round(deployed.startup_s, 2), "release": deployed.release.dir}
-        rel.stop(deployed.release)
+        p, engine = report.inputs.profile, report.inputs.engine
+        the_plan = static.plan(report, baseline=baseline)
+        change = Change(session, session.release(rel.new_run_id(), p.metadata.name + ("-baseline" if baseline else "")),
+                        port=p.engine.port, python=p.engine.python, distribution=engine.distribution(),
+                        startup_stages=engine.startup_stages(), budget_s=ctx.budget_s,
+                        files=release_contents(report, the_plan, the_plan.nodes[0]),
+                        clear=(p.metadata.name, p.metadata.name + "-baseline"))
+        Walk(lambda stage, event, detail: None).run(change.stages())
+        started.append(change.release)
+        measured = measure(EngineClient(f"http://127.0.0.1:{p.engine.port}"), workload, requests=requests, max_new_tokens=max_new_tokens)
+        result.runs[label] = {**summary(measured), "startup_s": round(change.startup_s or 0.0, 2), "release": change.release.dir}
+        rel.stop(change.release)
 
     try:
         report1 = static.check(v1)
@@ -112,8 +124,9 @@ def run_demo(workdir: Path, *, port: int = 31000, requests: int = 8, max_new_tok
         say("check v2: " + _verdict(report2.findings))
         run("v2: wrong layers", report2)
     finally:
-        for deployed in started:
-            rel.stop(deployed.release)
+        for release in started:
+            rel.stop(release)
+        ctx.ledger.close()
     base = result.runs.get("baseline: no speculation", {}).get("output_tokens_per_s")
     for run_result in result.runs.values():
         run_result["speedup"] = round(run_result["output_tokens_per_s"] / base, 2) if base else None

@@ -1,219 +1,180 @@
-"""Deploying a checked profile to a host: materialise a release, stop the old server, start the new
-one, wait for a real generation, switch `current`. The local host and SSH hosts share this code."""
+"""The deploy, as one screen of stages per host, all hosts in parallel under one run id:
+
+    preflight -> materialise -> stop previous -> start -> ready -> switch     (flows/change.py)
+    -- every host waits here; past --max-failures failed hosts, the others undo all of the above --
+    verify -> keep, or roll back to the newest verified release
+
+Each host holds its profile lock from preflight to the end, verify included. Any exception in a
+stage runs the undos of the stages done (walking back to the previous release); the run's ledger
+row records every stage boundary. Multi-node TP runs node rank r on host r, all ranks meeting at
+node 0's address; it is ready when node 0 answers, verified through node 0, and not rolled back by
+itself.
+"""
 
 from __future__ import annotations
 
-import json
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
+import threading
+from collections.abc import Sequence
+from contextlib import ExitStack
+from dataclasses import dataclass, field
 
-from specctl.cancel import NEVER, Cancelled, CancelToken
-
-from specctl.constants import STARTUP_BUDGET_S
-from specctl.errors import HostError
-from specctl.facts import host as host_facts
+from specctl.cancel import Cancelled
+from specctl.errors import InputError
+from specctl.flows.change import Change, NodeGate
+from specctl.flows.recorder import Recorder, recording
+from specctl.flows.release_files import release_contents
+from specctl.flows.report import HostReport, profile_fields
+from specctl.flows.rollback import rollback
+from specctl.flows.session import Context, HostSession, error_text
+from specctl.flows.stages import Walk
 from specctl.flows.static import CheckReport, plan
+from specctl.flows.verify import verify_and_record
 from specctl.hosts.group import run_group
 from specctl.hosts.inventory import HostSpec
-from specctl.hosts.transport import Transport
+from specctl.plan.findings import Severity
 from specctl.plan.plan import Plan
-from specctl.release import lock
-from specctl.release import release as rel
-from specctl.release.readiness import StartupFailed, wait_ready
-from specctl.release.release import SUMMARY_FILE, WORKLOAD_FILE
-from specctl.verdict.workload import load_workload
 
 
-@dataclass(frozen=True)
-class Deployed:
-    """A started, ready release on one host."""
+@dataclass
+class FleetPolicy:
+    """The --max-failures decision, taken once every host has brought its release up (or failed to)."""
 
-    release: rel.Release
+    hosts: int
+    max_failures: int
+    failed: list[str] = field(default_factory=list)
+    _barrier: threading.Barrier = field(init=False)
+
+    def __post_init__(self) -> None:
+        self._barrier = threading.Barrier(self.hosts)
+        self._guard = threading.Lock()
+
+    def settle(self, host: str, failure: BaseException | None) -> bool:
+        """Wait for every host; True when this (successful) host keeps its release."""
+        if failure is not None:
+            with self._guard:
+                self.failed.append(host)
+        self._barrier.wait()
+        return len(self.failed) <= self.max_failures
+
+
+@dataclass
+class Deploy:
+    """One deploy run: what every host's stages share."""
+
+    ctx: Context
+    report: CheckReport
     plan: Plan
-    url: str
-    startup_s: float
-    previous: str | None  # the run `current` named before this deploy
+    rec: Recorder
+    policy: FleetPolicy
+    run_verify: bool
+    auto_rollback: bool
+    baseline_mode: str
+    gate: NodeGate | None  # multi-node only
 
-
-def overlay_sources(report: CheckReport, p: Plan) -> dict[str, str]:
-    """Where the overlay's links point on the host: the drafter's own files."""
-    drafter = report.inputs.profile.drafter
-    if p.overlay is None or drafter is None:
-        return {}
-    if drafter.model.startswith("/"):
-        return {name: f"{drafter.model}/{name}" for name in p.overlay.links}
-    raise HostError(f"overlays of Hugging Face repo drafters ({drafter.model}) are not supported yet", host="-",
-                    fix="download the drafter and point drafter.model at its directory")
-
-
-def release_documents(report: CheckReport, p: Plan) -> dict[str, Any]:
-    """What a release keeps of its inputs: resolved profile, plan, manifest, checkpoint facts, the
-    pinned workload (so a rollback verifies on the very same prompts) and a one-line summary."""
-    inputs = report.inputs
-    profile = inputs.profile
-    workload = load_workload(profile.verify.workload, Path(inputs.profile_path).parent)
-    return {
-        "profile.json": profile.model_dump(mode="json", by_alias=True),
-        "plan.json": p.to_dict(),
-        "manifest.json": inputs.manifest.model_dump(mode="json", by_alias=True) if inputs.manifest else None,
-        "facts.json": {"target": inputs.target.summary() if inputs.target else None,
-                       "drafter": inputs.drafter.summary() if inputs.drafter else None},
-        WORKLOAD_FILE: workload.raw.decode(),
-        SUMMARY_FILE: json.dumps({"profile": profile.metadata.name, "version": profile.metadata.version,
-                                  "sha256": inputs.profile_sha256, "baseline": p.baseline, "workload": workload.name,
-                                  "workload_sha256": workload.sha256}, sort_keys=True) + "\n",
-    }
-
-
-def deploy_one(transport: Transport, root: str, report: CheckReport, *, baseline: bool = False, run_id: str | None = None,
-               secrets_env: dict[str, str] | None = None, budget_s: float = STARTUP_BUDGET_S,
-               on_progress: Callable[[str], None] = lambda stage: None, cancel: CancelToken = NEVER) -> Deployed:
-    """Put the profile's plan on one host and start it; the previous server of the profile is stopped first.
-    Cancelled, it stops the new server and starts the previous one again before raising."""
-    the_plan = plan(report, baseline=baseline)
-    profile = report.inputs.profile
-    name = profile.metadata.name + ("-baseline" if baseline else "")
-    release = rel.Release(transport, rel.host_root(transport, root), name, run_id or rel.new_run_id())
-    on_progress("writing release")
-    rel.materialize(release, rel.release_files(the_plan, the_plan.nodes[0], release_documents(report, the_plan),
-                                               overlay_sources(report, the_plan)))
-    previous_id = rel.linked(transport, release.root, name)
-    previous = rel.Release(transport, release.root, name, previous_id) if previous_id else None
-    on_progress("stopping the running server")
-    rel.stop_running(transport, release.root, name)
-    facts = host_facts.gather(transport, python=profile.engine.python, root=release.root, port=profile.engine.port,
-                              distribution=report.inputs.engine.distribution())
-    transport.put(release.path("host-facts.json"), host_facts.to_json(facts).encode())
-    if facts.port_free is False:
-        if previous is not None:
-            rel.start(previous, env=secrets_env)
-        raise HostError(f"{transport.name}: port {profile.engine.port} is in use by something other than {name}",
-                        host=transport.name, fix="free the port, or set engine.port to another one")
-    stages = report.inputs.engine.startup_stages()
-    group = rel.start(release, env=secrets_env)
-    try:
-        startup = wait_ready(release, profile.engine.port, stages, budget_s=budget_s, on_progress=on_progress,
-                             process_group=group, cancel=cancel)
-    except Cancelled:
-        rel.stop(release)
-        if previous is not None:  # started, not waited for: a signal asks to be quick
-            rel.start(previous, env=secrets_env)
-        raise
-    except StartupFailed as failure:
-        rel.stop(release)
-        if previous is not None:  # `current` still names it: bring it back as it was
-            on_progress(f"restoring {previous.run_id}")
-            rel.start(previous, env=secrets_env)
-            wait_ready(previous, rel.port(previous) or profile.engine.port, stages, budget_s=budget_s, on_progress=on_progress)
-            failure.restored = previous.run_id
-        raise
-    rel.switch(release)
-    return Deployed(release, the_plan, f"http://{transport.address}:{profile.engine.port}", startup, previous_id)
-
-
-@dataclass(frozen=True)
-class HostOutcome:
-    """What happened on one host."""
-
-    host: str
-    ok: bool
-    run_id: str | None
-    detail: str
-    log_tail: tuple[str, ...] = ()
-    rolled_back: bool = False
-
-
-def deploy_fleet(report: CheckReport, hosts: Sequence[HostSpec], *, command: str, max_failures: int = 0,
-                 ssh_config: str | None = None, accept_new_host_key: bool = False, secrets_env: dict[str, str] | None = None,
-                 budget_s: float = STARTUP_BUDGET_S, on_progress: Callable[[str, str], None] = lambda host, stage: None,
-                 run_id: str | None = None, cancel: CancelToken = NEVER) -> list[HostOutcome]:
-    """Deploy to every host in parallel (one run id); past `max_failures` failures the others roll back too."""
-    run_id = run_id or rel.new_run_id()
-    name = report.inputs.profile.metadata.name
-    deployed: dict[str, tuple[Transport, Deployed]] = {}
-
-    def one(host: HostSpec) -> Deployed:
-        transport = host.transport(ssh_config=ssh_config, accept_new_host_key=accept_new_host_key)
-        root = rel.host_root(transport, host.root)
-        base = f"{root}/{name}"
-        lock.acquire(transport, base, lock.owner(run_id, command))
-        try:
-            result = deploy_one(transport, root, report, run_id=run_id, secrets_env=secrets_env, budget_s=budget_s,
-                                on_progress=lambda stage: on_progress(host.name, stage), cancel=cancel)
-            deployed[host.name] = (transport, result)
+    def host(self, rank: int, session: HostSession) -> HostReport:
+        """One host's deploy, start to end, under its lock."""
+        ctx = self.ctx
+        walk = Walk(self.rec.events(session.name), before=ctx.cancel.check)
+        change: Change | None = None
+        failure: BaseException | None = None
+        with ExitStack() as held:
+            try:
+                held.enter_context(session.locked(self.rec.run_id))
+                change = self.change(rank, session)
+                walk.run(change.stages())
+            except BaseException as exc:  # noqa: BLE001 - undone by the walk; every host must reach settle()
+                failure = exc
+                if self.gate is not None:
+                    self.gate.open(False)
+            keep = self.policy.settle(session.name, failure)
+            if failure is not None:
+                return self.failed(session, change, failure)
+            assert change is not None
+            if not keep or ctx.cancel.cancelled:
+                session.progress("rolling back: " + ("stopped by a signal" if ctx.cancel.cancelled else
+                                                     f"{len(self.policy.failed)} host(s) failed"))
+                walk.unwind()
+                ctx.cancel.check()
+                return HostReport(session.name, False, self.rec.run_id, f"rolled back to {change.previous or 'nothing'}: "
+                                  f"{len(self.policy.failed)} host(s) failed (max {self.policy.max_failures})", rolled_back=True)
+            ready = f"ready in {change.startup_s:.1f} s" if change.startup_s is not None else f"node rank {rank}"
+            result = HostReport(session.name, True, self.rec.run_id, ready)
+            if self.run_verify and rank == 0:
+                self.verify(session, result)
             return result
-        finally:
-            lock.release(transport, base)
 
-    if report.inputs.profile.parallel.nnodes > 1:
-        return _deploy_multinode(report, hosts, run_id=run_id, command=command, ssh_config=ssh_config,
-                                 accept_new_host_key=accept_new_host_key, secrets_env=secrets_env, budget_s=budget_s,
-                                 on_progress=on_progress)
-    group = run_group(hosts, one)
-    outcomes = {h: HostOutcome(h, True, run_id, f"ready in {d.startup_s:.1f} s") for h, d in group.results.items()}
-    for host, exc in group.errors.items():
-        log = tuple(getattr(exc, "log", ()) or ())
-        restored = getattr(exc, "restored", None)
-        detail = getattr(exc, "message", str(exc)) + (f"; restored {restored}" if restored else "")
-        outcomes[host] = HostOutcome(host, False, None, detail, log)
-    if len(group.errors) > max_failures:
-        for host, (transport, result) in deployed.items():
-            previous = result.previous
-            on_progress(host, "rolling back: too many hosts failed")
-            rel.stop(result.release)
-            if previous:
-                prior = rel.Release(transport, result.release.root, name, previous)
-                rel.start(prior, env=secrets_env)
-                wait_ready(prior, rel.port(prior) or report.inputs.profile.engine.port, report.inputs.engine.startup_stages(),
-                           budget_s=budget_s)
-                rel.switch(prior)
-            else:  # the host had nothing: it goes back to nothing
-                rel.unlink(result.release)
-            outcomes[host] = HostOutcome(host, False, run_id, f"rolled back to {previous or 'nothing'}: "
-                                         f"{len(group.errors)} host(s) failed (max {max_failures})", rolled_back=True)
-    return [outcomes[h.name] for h in hosts]
+    def change(self, rank: int, session: HostSession) -> Change:
+        p, engine = self.report.inputs.profile, self.report.inputs.engine
+        return Change(session, session.release(self.rec.run_id), port=p.engine.port, python=p.engine.python,
+                      distribution=engine.distribution(), startup_stages=engine.startup_stages(), budget_s=self.ctx.budget_s,
+                      files=release_contents(self.report, self.plan, self.plan.nodes[rank]), ready_gate=self.gate, node_rank=rank)
 
+    def failed(self, session: HostSession, change: Change | None, failure: BaseException) -> HostReport:
+        """A host whose stages failed (and were undone): its report and ledger record."""
+        if isinstance(failure, Cancelled | KeyboardInterrupt):
+            raise failure
+        detail = error_text(failure) + "".join(f"; {note}" for note in getattr(failure, "__notes__", ()))
+        if change is not None and change.previous and change.previous in change.stopped and not getattr(failure, "__notes__", None):
+            detail += f"; restored {change.previous}"
+        self.rec.host(session.name, release=None, verdict={"passed": False, "error": detail}, passed=False)
+        return HostReport(session.name, False, None, detail, log_tail=tuple(getattr(failure, "log", ()) or ()))
 
-def _deploy_multinode(report: CheckReport, hosts: Sequence[HostSpec], *, run_id: str, command: str, ssh_config: str | None,
-                      accept_new_host_key: bool, secrets_env: dict[str, str] | None, budget_s: float,
-                      on_progress: Callable[[str, str], None]) -> list[HostOutcome]:
-    """One server over several nodes: node rank r on host r, all ranks meeting at node 0's address;
-    node 0 starts first, the deploy is ready when node 0 answers, then every node switches `current`."""
-    profile = report.inputs.profile
-    name, nnodes = profile.metadata.name, profile.parallel.nnodes
-    if len(hosts) != nnodes:
-        raise HostError(f"{name} spans {nnodes} nodes but {len(hosts)} host(s) were given", host="-",
-                        fix=f"pass exactly {nnodes} hosts, node rank 0 first")
-    transports = [h.transport(ssh_config=ssh_config, accept_new_host_key=accept_new_host_key) for h in hosts]
-    roots = [rel.host_root(t, h.root) for t, h in zip(transports, hosts, strict=True)]
-    the_plan = plan(report, node0_address=transports[0].address)
-    releases = [rel.Release(t, root, name, run_id) for t, root in zip(transports, roots, strict=True)]
-    previous = [rel.linked(t, root, name) for t, root in zip(transports, roots, strict=True)]
-    for t, root in zip(transports, roots, strict=True):
-        lock.acquire(t, f"{root}/{name}", lock.owner(run_id, command))
-    try:
-        documents = release_documents(report, the_plan)
-        for rank, release in enumerate(releases):
-            on_progress(hosts[rank].name, f"writing release (node rank {rank})")
-            rel.materialize(release, rel.release_files(the_plan, the_plan.nodes[rank], documents, overlay_sources(report, the_plan)))
-            if previous[rank]:
-                rel.stop(rel.Release(release.transport, release.root, name, previous[rank]))  # type: ignore[arg-type]
-        for rank, release in enumerate(releases):  # rank 0 first: the others join it
-            rel.start(release, env=secrets_env)
+    def verify(self, session: HostSession, result: HostReport) -> None:
+        """Verify, then keep the release or roll back to the newest verified one (single node only)."""
         try:
-            startup = wait_ready(releases[0], profile.engine.port, report.inputs.engine.startup_stages(), budget_s=budget_s,
-                                 on_progress=lambda stage: on_progress(hosts[0].name, stage))
-        except StartupFailed as failure:
-            for release in releases:
-                rel.stop(release)
-            return [HostOutcome(h.name, False, None, failure.message, tuple(failure.log) if rank == 0 else ())
-                    for rank, h in enumerate(hosts)]
-        for release in releases:
-            rel.switch(release)
-        return [HostOutcome(h.name, True, run_id, f"node rank {rank}" + (f", ready in {startup:.1f} s" if rank == 0 else ""))
-                for rank, h in enumerate(hosts)]
-    finally:
-        for t, root in zip(transports, roots, strict=True):
-            lock.release(t, f"{root}/{name}")
+            verdict = verify_and_record(self.rec, session, self.rec.run_id, report=self.report, baseline_mode=self.baseline_mode)
+            result.verdict = verdict.to_dict()
+        except Exception as exc:  # noqa: BLE001 - a release that cannot be verified is not kept
+            result.detail += f"; verify could not run: {error_text(exc)}"
+            result.verdict = {"passed": False, "error": error_text(exc)}
+            self.rec.host(session.name, release=self.rec.run_id, verdict=result.verdict, passed=False)
+        if result.passed or not self.auto_rollback or self.gate is not None:
+            return
+        session.progress("verify failed: rolling back")
+        try:
+            back = rollback(self.ctx, session.spec, session.profile, parent=self.rec.run_id, report=self.report)
+        except InputError as exc:
+            result.detail += f"; verify FAILED and {exc.message}"
+            return
+        result.rolled_back_to, result.rollback_verdict = back.rolled_back_to, back.rollback_verdict
+
+
+def deploy(ctx: Context, report: CheckReport, hosts: Sequence[HostSpec], *, max_failures: int = 0, run_verify: bool = True,
+           auto_rollback: bool = True, baseline_mode: str = "auto", skip_check: bool = False) -> list[HostReport]:
+    """Deploy to every host in parallel, verify, and roll back a host whose verify fails."""
+    p = report.inputs.profile
+    name, nnodes = p.metadata.name, p.parallel.nnodes
+    if nnodes > 1 and len(hosts) != nnodes:
+        raise InputError(f"{name} spans {nnodes} nodes but {len(hosts)} host(s) were given", fix=f"pass exactly {nnodes} hosts, node rank 0 first")
+    sessions = [ctx.session(h, name) for h in hosts]
+    the_plan = plan(report, node0_address=sessions[0].transport.address if nnodes > 1 else None)
+    errors = [f.to_dict() for f in report.findings if f.severity is Severity.ERROR]
+    with recording(ctx, "deploy", hosts=[h.name for h in hosts], **profile_fields(report),
+                   inputs={"skip_check": skip_check, "check_errors": errors, "max_failures": max_failures,
+                           "capture": the_plan.capture}) as rec:
+        flow = Deploy(ctx, report, the_plan, rec, FleetPolicy(len(hosts), 0 if nnodes > 1 else max_failures), run_verify,
+                      auto_rollback, baseline_mode, NodeGate() if nnodes > 1 else None)
+        rank = {h.name: i if nnodes > 1 else 0 for i, h in enumerate(hosts)}  # every single-node host is node rank 0
+        session_of = {h.name: s for h, s in zip(hosts, sessions, strict=True)}
+        group = run_group(hosts, lambda h: flow.host(rank[h.name], session_of[h.name]), max_workers=len(hosts))
+        for error in group.errors.values():
+            raise error
+        ctx.cancel.check()
+        reports = {h: group.results[h] for h in group.results}
+        if nnodes > 1:  # one server: node rank 0's verdict is every node's
+            for h in hosts[1:]:
+                reports[h.name].verdict = reports[hosts[0].name].verdict
+        commands = [list(n.argv) for n in the_plan.nodes]
+        for h in hosts:
+            r = reports[h.name]
+            if r.ok and r.verdict is None:
+                rec.host(h.name, release=r.release, commands=commands)
+        passed = all(r.ok for r in reports.values()) and (not run_verify or all(r.passed for r in reports.values()))
+        rec.outcome.status = "succeeded" if passed else "failed"
+        rec.outcome.verdict = {"passed": passed if run_verify else None, "verified": run_verify,
+                               "hosts": {h: {"ok": r.ok, "detail": r.detail, "verdict": r.verdict, "rolled_back_to": r.rolled_back_to}
+                                         for h, r in reports.items()}}
+    for h, session in zip(hosts, sessions, strict=True):
+        if reports[h.name].ok:
+            rec.keep(session, rec.run_id)
+    return [reports[h.name] for h in hosts]

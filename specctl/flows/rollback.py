@@ -5,19 +5,22 @@ verdict passed and which is not current; the host's own files say which those ar
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from specctl.cancel import NEVER, CancelToken
 from specctl.constants import STARTUP_BUDGET_S
 from specctl.engines import get_engine
 from specctl.errors import InputError
-from specctl.flows.verify import HostVerdict, read_release, verify_release
+from specctl.flows.change import Change
+from specctl.flows.recorder import recording
+from specctl.flows.report import HostReport
+from specctl.flows.session import Context
+from specctl.flows.stages import Walk
+from specctl.flows.static import CheckReport
+from specctl.flows.verify import verify_and_record
+from specctl.hosts.inventory import HostSpec
 from specctl.hosts.transport import Transport
 from specctl.release import release as rel
-from specctl.release.readiness import wait_ready
-from specctl.verdict.measure import Measurement
 
 
 @dataclass(frozen=True)
@@ -33,6 +36,7 @@ class ReleaseState:
 _STATES = r'''
 for d in "$1"/releases/*/; do
   [ -d "$d" ] || continue
+  case $d in *.part.*/) continue;; esac
   id=${d%/}; id=${id##*/}
   printf '%s\t%s\t%s\n' "$id" "$(tr -d '\n\t' < "$d/release.json" 2>/dev/null)" "$(tr -d '\n\t' < "$d/verdict.json" 2>/dev/null)"
 done
@@ -82,20 +86,29 @@ def choose_target(states: list[ReleaseState], current: str | None, *, to_run: st
     return candidates[-1]
 
 
-def rollback_host(transport: Transport, root: str, profile: str, target: str, *, baseline: tuple[str, Measurement] | None = None,
-                  secrets_env: dict[str, str] | None = None, budget_s: float = STARTUP_BUDGET_S, cancel: CancelToken = NEVER,
-                  on_progress: Callable[[str], None] = lambda stage: None) -> HostVerdict:
-    """Stop what runs, start release `target` from its own files, switch `current`, verify it, and
-    point `known-good` at it when it passes."""
-    release = rel.Release(transport, root, profile, target)
-    docs = read_release(release)
-    on_progress(f"restarting {target}")
-    rel.stop_running(transport, root, profile)
-    group = rel.start(release, env=secrets_env)
-    wait_ready(release, docs.profile.engine.port, get_engine(docs.profile.engine.name).startup_stages(), budget_s=budget_s,
-               on_progress=on_progress, process_group=group, cancel=cancel)
-    rel.switch(release)
-    verdict = verify_release(release, baseline=baseline, cancel=cancel, on_progress=on_progress)
-    if verdict.passed:
-        rel.switch(release, "known-good")
-    return verdict
+def rollback(ctx: Context, host: HostSpec, profile: str, *, to_run: str | None = None, to_version: int | None = None,
+             parent: str | None = None, report: CheckReport | None = None) -> HostReport:
+    """Go back to a stored release on one host: stop what runs, start the release from its own
+    files, switch `current`, verify it, and point `known-good` at it when it passes. A recorded run;
+    a release that is not whole is refused before anything stops."""
+    session = ctx.session(host, profile)
+    current = session.current()
+    target = choose_target(release_states(session.transport, session.root, profile), current, to_run=to_run, to_version=to_version)
+    docs = session.docs(target.run_id)
+    release = session.release(target.run_id)
+    with recording(ctx, "rollback", hosts=[host.name], parent=parent, profile=docs.profile.model_dump(mode="json", by_alias=True),
+                   profile_sha256=docs.summary.get("sha256"), engine=docs.profile.engine.name,
+                   engine_version=docs.profile.engine.version, inputs={"from": current, "to": target.run_id}) as rec:
+        with session.locked(rec.run_id):
+            engine = get_engine(docs.profile.engine.name)
+            change = Change(session, release, port=docs.port, python=docs.profile.engine.python,
+                            distribution=engine.distribution(), startup_stages=engine.startup_stages(),
+                            budget_s=rel.startup_budget(release, STARTUP_BUDGET_S))
+            Walk(rec.events(host.name), before=ctx.cancel.check).run(change.stages())
+            mode = "auto" if report is not None and report.inputs.profile_sha256 == docs.summary.get("sha256") else "ledger"
+            verdict = verify_and_record(rec, session, target.run_id, report=report, baseline_mode=mode)
+        rec.outcome.status = "succeeded" if verdict.passed else "failed"
+        rec.outcome.verdict = {"passed": verdict.passed, "from": current, "to": target.run_id, "hosts": {host.name: verdict.to_dict()}}
+    rec.keep(session, target.run_id)
+    return HostReport(host.name, True, target.run_id, f"rolled back from {current} to {target.run_id}" +
+                      ("" if verdict.passed else " (its verify FAILED too)"), verdict.to_dict(), target.run_id, verdict.to_dict())

@@ -39,7 +39,8 @@ def gather(profile_path: Path | str, *, offline: bool = False, assume_convention
         drafter, drafter_error = _read(profile.drafter.model, profile.drafter.revision, offline)
     inputs = Inputs(profile, str(profile_path), loaded.sha256, engine, manifest, manifest_path, target, target_error, drafter, drafter_error)
     convention, convention_error = _convention(inputs, assume_convention)
-    return dataclasses.replace(inputs, convention=convention, convention_error=convention_error)
+    return dataclasses.replace(inputs, convention=convention, convention_error=convention_error,
+                               workload_dir=str(loaded.file_of("verify", "workload").parent))
 
 
 def _read(model: str, revision: str | None, offline: bool) -> tuple[CheckpointMeta | None, CheckpointError | None]:

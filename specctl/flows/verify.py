@@ -7,16 +7,20 @@ workload), so a rollback verifies the exact release it restarts, not today's wor
 
 from __future__ import annotations
 
-import hashlib
-import json
-from collections.abc import Callable
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from specctl.cancel import NEVER, CancelToken
 from specctl.engines import get_engine
-from specctl.errors import HostError
+from specctl.errors import InputError
 from specctl.facts import host as host_facts
+from specctl.flows.baseline import baseline_for
+from specctl.flows.recorder import Recorder, keep_verdict, recording
+from specctl.flows.report import HostReport, profile_fields
+from specctl.flows.session import Context, HostSession, error_text
+from specctl.flows.static import CheckReport
+from specctl.hosts.group import run_group
+from specctl.hosts.inventory import HostSpec
 from specctl.plan.findings import Finding, Severity
 from specctl.plan.host_checks import check_host
 from specctl.profile.profile import Profile
@@ -25,38 +29,9 @@ from specctl.verdict import gates as gate
 from specctl.verdict import stats
 from specctl.verdict.client import EngineClient, EngineHTTPError
 from specctl.verdict.measure import Measurement, measure, warm_up
-from specctl.verdict.workload import Workload, parse_workload
+from specctl.verdict.summary import summarize
 
-
-@dataclass(frozen=True)
-class ReleaseDocs:
-    """What verify reads back from a release directory."""
-
-    profile: Profile
-    plan: dict[str, Any]
-    summary: dict[str, Any]
-    workload: Workload
-
-
-def read_release(release: rel.Release) -> ReleaseDocs:
-    t = release.transport
-    raw = {name: t.read(release.path(name)) for name in ("profile.json", "plan.json", rel.SUMMARY_FILE, rel.WORKLOAD_FILE)}
-    missing = [name for name, data in raw.items() if data is None]
-    if missing:
-        raise HostError(f"{t.name}: release {release.run_id} lacks {', '.join(missing)}", host=t.name,
-                        fix="it predates verify or was damaged; deploy the profile again")
-    summary = json.loads(raw[rel.SUMMARY_FILE] or b"{}")
-    return ReleaseDocs(Profile.model_validate(json.loads(raw["profile.json"] or b"{}")), json.loads(raw["plan.json"] or b"{}"),
-                       summary, parse_workload(summary.get("workload", "workload"), raw[rel.WORKLOAD_FILE] or b""))
-
-
-def baseline_key(profile: Profile, workload_sha256: str) -> str:
-    """What makes a baseline comparable: target and revision, TP, GPU type, engine and version, workload."""
-    key = {"target": profile.target.model, "revision": profile.target.revision, "tp": profile.parallel.tp,
-           "nnodes": profile.parallel.nnodes, "gpu": profile.hardware.gpu, "engine": profile.engine.name,
-           "engine_version": profile.engine.version, "workload_sha256": workload_sha256,
-           "max_new_tokens": profile.verify.max_new_tokens, "temperature": profile.verify.temperature}
-    return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
+REQUEST_DEADLINE_S = 600.0  # one request of the workload, start to finish
 
 
 def gate_spec(profile: Profile) -> gate.GateSpec:
@@ -110,44 +85,28 @@ def _same_number(a: str | None, b: str | None) -> bool:
         return False
 
 
-def summarize(m: Measurement, baseline: Measurement | None, *, sequential: bool, planned_n: int) -> dict[str, Any]:
-    """The measured values people read first, each with its interval where it has one."""
-    def show(interval: stats.Interval | None) -> dict[str, Any] | None:
-        return interval.to_dict() if interval else None
-
-    return {
-        "requests": len(m.generations), "completion_tokens": m.completion_tokens, "wall_s": round(m.wall_s, 3),
-        "output_tokens_per_s": round(m.output_tokens_per_s, 2),
-        "accept_length": show(gate.accept_length(m, sequential=sequential, planned_n=planned_n)),
-        "acceptance_rate": show(gate.acceptance_rate(m, sequential=sequential, planned_n=planned_n)),
-        "decode_tokens_per_s": show(gate.throughput(m, sequential=sequential, planned_n=planned_n)),
-        "ttft_s": show(gate.ttft(m, sequential=sequential, planned_n=planned_n)),
-        "speedup": show(gate.speedup(m, baseline, sequential=sequential, planned_n=planned_n)) if baseline else None,
-    }
-
-
-def verify_release(release: rel.Release, *, baseline: tuple[str, Measurement] | None = None, cancel: CancelToken = NEVER,
-                   on_progress: Callable[[str], None] = lambda stage: None) -> HostVerdict:
-    """Verify the running server of `release` on its host."""
-    t = release.transport
-    docs = read_release(release)
+def verify_release(session: HostSession, run_id: str, *, baseline: tuple[str, Measurement] | None = None) -> HostVerdict:
+    """Verify the running server of release `run_id` on the session's host."""
+    t = session.transport
+    docs = session.docs(run_id)
     profile = docs.profile
     engine = get_engine(profile.engine.name)
-    verdict = HostVerdict(t.name, release.run_id, profile.metadata.name, profile.metadata.version,
+    cancel = session.ctx.cancel
+    verdict = HostVerdict(t.name, run_id, profile.metadata.name, profile.metadata.version,
                           baseline_run=baseline[0] if baseline else None)
-    on_progress("host facts")
-    facts = host_facts.gather(t, python=profile.engine.python, root=release.root, port=profile.engine.port,
+    session.progress("host facts")
+    facts = host_facts.gather(t, python=profile.engine.python, root=session.root, port=profile.engine.port,
                               distribution=engine.distribution())
     verdict.facts = facts.to_dict()
     verdict.findings = check_host(profile, verdict.facts, engine)
-    client = EngineClient(f"http://{t.address}:{profile.engine.port}", timeout_s=600)
-    on_progress("drift")
+    client = EngineClient(f"http://{t.address}:{profile.engine.port}", timeout_s=REQUEST_DEADLINE_S, cancel=cancel)
+    session.progress("drift")
     try:
         info = client.server_info()
     except EngineHTTPError as exc:
-        verdict.drift = [{"field": "server", "expected": "answering", "reported": str(exc)}]
+        verdict.drift = [{"field": "server", "expected": "answering", "reported": exc.message}]
         return verdict
-    expected = engine.expected_server_args(docs.plan["nodes"][0]["argv"], release.dir, profile.engine.version)
+    expected = engine.expected_server_args(docs.plan["nodes"][0]["argv"], session.release(run_id).dir, profile.engine.version)
     verdict.drift = drift(expected, engine.reported_server_args(info))
     v = profile.verify
     spec = gate_spec(profile)
@@ -161,7 +120,7 @@ def verify_release(release: rel.Release, *, baseline: tuple[str, Measurement] | 
         return bool(gates) and gate.all_decided(gates)
 
     measured = measure(client, docs.workload, requests=v.requests, max_new_tokens=v.max_new_tokens, temperature=v.temperature,
-                       on_request=lambda i, g: on_progress(f"request {i + 1}/{v.requests}"), enough=decided,
+                       on_request=lambda i, g: session.progress(f"request {i + 1}/{v.requests}"), enough=decided,
                        cancelled=lambda: cancel.cancelled)
     cancel.check()
     verdict.stopped_early = len(measured.generations) < v.requests
@@ -171,11 +130,55 @@ def verify_release(release: rel.Release, *, baseline: tuple[str, Measurement] | 
     return verdict
 
 
-def keep_on_host(release: rel.Release, run: dict[str, Any], verdict: HostVerdict | None = None) -> None:
-    """The release directory's own copy: the run record, and the newest verdict of this release."""
-    t = release.transport
-    t.run(["mkdir", "-p", release.path(rel.RUNS_DIR)])
-    t.put(release.path(f"{rel.RUNS_DIR}/{run['id']}.json"), (json.dumps(run, indent=2, sort_keys=True, default=str) + "\n").encode())
-    if verdict is not None:
-        t.put(release.path(rel.VERDICT_FILE), (json.dumps({"passed": verdict.passed, "run": run["id"], "at": run.get("finished_at")},
-                                                          sort_keys=True) + "\n").encode())
+def verify_and_record(rec: Recorder, session: HostSession, run_id: str, *, report: CheckReport | None, baseline_mode: str,
+                      extra_findings: Sequence[Finding] = ()) -> HostVerdict:
+    """The verify stage of every flow: measure against the matching baseline, record the verdict in
+    the ledger and in the release, and move `known-good` when it passed. The caller holds the lock."""
+    verdict = verify_release(session, run_id, baseline=baseline_for(session, run_id, report, baseline_mode))
+    verdict.findings = [*extra_findings, *verdict.findings]
+    rec.host(session.name, release=run_id, facts=verdict.facts, commands=session.docs(run_id).commands(),
+             measurements=verdict.measurement.to_dict() if verdict.measurement else None,
+             verdict=verdict.to_dict(), passed=verdict.passed)
+    release = session.release(run_id)
+    keep_verdict(release, verdict.passed, rec.run_id)
+    if verdict.passed:
+        rel.switch(release, "known-good")
+    return verdict
+
+
+def verify(ctx: Context, report: CheckReport, hosts: Sequence[HostSpec], *, baseline_mode: str = "auto") -> list[HostReport]:
+    """Verify what runs on each host against the profile: one recorded verify run, each host locked
+    for its whole length (a deploy cannot replace the server under the measurement)."""
+    p = report.inputs.profile
+    name = p.metadata.name
+    static_errors = [f for f in report.findings if f.severity is Severity.ERROR]
+    reports: dict[str, HostReport] = {}
+    with recording(ctx, "verify", hosts=[h.name for h in hosts], **profile_fields(report)) as rec:
+        def one(host: HostSpec) -> HostVerdict:
+            session = ctx.session(host, name)
+            with session.locked(rec.run_id):
+                current = session.current()
+                if current is None:
+                    raise InputError(f"{host.name}: {name} has no current release",
+                                     fix=f"deploy it first: specctl deploy PROFILE --hosts {host.name}")
+                verdict = verify_and_record(rec, session, current, report=report, baseline_mode=baseline_mode,
+                                            extra_findings=static_errors)
+                summary = session.docs(current).summary
+                if summary.get("sha256") != report.inputs.profile_sha256:
+                    verdict.drift.insert(0, {"field": "profile", "expected": f"v{p.metadata.version} ({report.inputs.profile_sha256[:12]})",
+                                             "reported": f"v{summary.get('version')} ({str(summary.get('sha256'))[:12]})"})
+                return verdict
+
+        group = run_group(hosts, one)
+        ctx.cancel.check()
+        for h in hosts:
+            if h.name in group.results:
+                v = group.results[h.name]
+                reports[h.name] = HostReport(h.name, True, v.release, "passed" if v.passed else "FAILED", v.to_dict())
+            else:
+                reports[h.name] = HostReport(h.name, False, None, error_text(group.errors[h.name]))
+        rec.outcome.status = "succeeded" if all(r.passed for r in reports.values()) else "failed"
+        rec.outcome.verdict = {"passed": rec.outcome.status == "succeeded", "hosts": {h: r.verdict for h, r in reports.items()}}
+    for h in hosts:
+        rec.keep(ctx.session(h, name), reports[h.name].release)
+    return [reports[h.name] for h in hosts]

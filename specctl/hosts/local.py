@@ -16,10 +16,10 @@ def _run(argv: Sequence[str], *, timeout_s: float, env: Mapping[str, str] | None
         done = subprocess.run(list(argv), input=stdin, capture_output=True, timeout=timeout_s,
                               env={**os.environ, **env} if env else None)
     except subprocess.TimeoutExpired:
-        return Completed(124, "", f"timed out after {timeout_s:.0f} s")
+        return Completed(124, b"", f"timed out after {timeout_s:.0f} s")
     except FileNotFoundError as exc:
-        return Completed(127, "", str(exc))
-    return Completed(done.returncode, done.stdout.decode(errors="replace"), done.stderr.decode(errors="replace"))
+        return Completed(127, b"", str(exc))
+    return Completed(done.returncode, done.stdout, done.stderr.decode(errors="replace"))
 
 
 def local_transport() -> Transport:

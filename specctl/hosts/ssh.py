@@ -17,11 +17,11 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import paramiko
 
-from specctl.errors import HostError
+from specctl.errors import ConnectionLost, HostError
 from specctl.hosts.transport import Completed, Transport
 
 CONNECT_TIMEOUT_S = 10.0
@@ -105,6 +105,7 @@ class SshRunner:
         self.options = options
         self._client: paramiko.SSHClient | None = None
         self._jump: SshRunner | None = None
+        self._was_connected = False
 
     def _connect_once(self) -> paramiko.SSHClient:
         t = self.target
@@ -144,12 +145,14 @@ class SshRunner:
         for attempt in range(1, CONNECT_ATTEMPTS + 1):
             try:
                 self._client = self._connect_once()
+                self._was_connected = True
                 return self._client
             except HostError:
                 raise  # host keys and authentication are answers, not transient failures
             except (OSError, socket.timeout, paramiko.SSHException, EOFError) as exc:
                 if attempt == CONNECT_ATTEMPTS:
-                    raise HostError(f"{self.target.alias}: cannot connect to {self.target.hostname}:{self.target.port} "
+                    error = ConnectionLost if self._was_connected else HostError  # lost and not back, or never there
+                    raise error(f"{self.target.alias}: cannot connect to {self.target.hostname}:{self.target.port} "
                                     f"after {attempt} attempts: {exc or type(exc).__name__}", host=self.target.alias,
                                     fix="check that the host is up and sshd listens there (ssh -v " f"{self.target.alias})") from None
                 time.sleep(delay)
@@ -166,36 +169,46 @@ class SshRunner:
         client = self.client()
         transport = client.get_transport()
         assert transport is not None
+        command = shlex.join(argv)
         try:
             channel = transport.open_session(timeout=self.options.connect_timeout_s)
-        except (paramiko.SSHException, OSError) as exc:
-            self._client = None
-            raise HostError(f"{self.target.alias}: the connection broke: {exc}", host=self.target.alias) from None
-        channel.settimeout(1.0)
-        channel.exec_command(shlex.join(argv))
-        if stdin:
-            channel.sendall(stdin)
-        channel.shutdown_write()
-        out, err = bytearray(), bytearray()
-        deadline = time.monotonic() + timeout_s
-        while True:
-            if channel.recv_ready():
-                out += channel.recv(65536)
-            elif channel.recv_stderr_ready():
-                err += channel.recv_stderr(65536)
-            elif channel.exit_status_ready() and not channel.recv_ready() and not channel.recv_stderr_ready():
-                break
-            elif time.monotonic() > deadline:
-                channel.close()
-                return Completed(124, out.decode(errors="replace"), f"timed out after {timeout_s:.0f} s")
-            elif transport.is_active():
-                time.sleep(0.01)
-            else:
-                self._client = None
-                raise HostError(f"{self.target.alias}: the connection broke during `{shlex.join(argv)[:80]}`", host=self.target.alias)
+            channel.settimeout(1.0)
+            channel.exec_command(command)
+            if stdin:
+                channel.sendall(stdin)
+            channel.shutdown_write()
+            out, err = bytearray(), bytearray()
+            deadline = time.monotonic() + timeout_s
+            while True:
+                if channel.recv_ready():
+                    out += channel.recv(65536)
+                elif channel.recv_stderr_ready():
+                    err += channel.recv_stderr(65536)
+                elif channel.exit_status_ready() and not channel.recv_ready() and not channel.recv_stderr_ready():
+                    break
+                elif time.monotonic() > deadline:
+                    channel.close()
+                    return Completed(124, bytes(out), f"timed out after {timeout_s:.0f} s")
+                elif transport.is_active():
+                    time.sleep(0.01)
+                else:
+                    break
+        except (paramiko.SSHException, OSError, EOFError) as exc:
+            self._lost(command, exc)
+        if channel.exit_status == -1 and _dies(transport):  # closed without an exit status: the connection broke
+            self._lost(command, None)
         code = channel.recv_exit_status()
         channel.close()
-        return Completed(code, out.decode(errors="replace"), err.decode(errors="replace"))
+        return Completed(code, bytes(out), err.decode(errors="replace") or ("" if code != -1 else "killed by a signal"))
+
+    def _lost(self, command: str, exc: BaseException | None) -> NoReturn:
+        """Forget the broken connection (the next command opens a new one) and say what was running."""
+        if self._client is not None:
+            self._client.close()
+        self._client = None
+        cause = f": {exc}" if exc else ""
+        raise ConnectionLost(f"{self.target.alias}: the connection broke during `{command[:80]}`{cause}", host=self.target.alias,
+                             fix="check the host and the network; `specctl status` shows what runs there once it answers")
 
     def close(self) -> None:
         if self._client is not None:
@@ -203,6 +216,17 @@ class SshRunner:
             self._client = None
         if self._jump is not None:
             self._jump.close()
+
+
+def _dies(transport: paramiko.Transport, within_s: float = 2.0) -> bool:
+    """Whether the connection is going down: paramiko closes the channels just before it marks the
+    transport inactive, so a channel without an exit status is followed by this within moments."""
+    deadline = time.monotonic() + within_s
+    while transport.is_active():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.02)
+    return True
 
 
 def ssh_transport(name: str, target: SshTarget, options: SshOptions, *, address: str | None = None) -> Transport:

@@ -5,29 +5,38 @@ closed as succeeded, failed or killed; what happened on each host is a row in `r
 schema is versioned with `PRAGMA user_version` and moved forward by `MIGRATIONS`, never edited in
 place. A run left `running` by a process that no longer exists is closed as killed when the ledger
 is next opened.
+
+Reading commands open the ledger read-only (`Ledger(path, readonly=True)`): no migration, no
+writes, and a missing file reads as an empty ledger. Every failure of the file itself (damaged,
+read-only, disk full, locked, a schema this specctl cannot use) is a LedgerError that names the file
+and the cure; sqlite3 errors that mean a bug in specctl's own SQL stay as they are.
 """
 
 from __future__ import annotations
 
+import errno
 import getpass
 import json
 import os
+import shlex
 import socket
 import sqlite3
 import threading
+import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from specctl.cancel import Cancelled
-from specctl.errors import InputError
+from specctl.errors import InputError, LedgerError
 from specctl.settings import data_dir
 
 KINDS = ("deploy", "verify", "baseline", "rollback", "unlock", "tune")
 STATUSES = ("running", "succeeded", "failed", "killed")
+EVENTS = ("began", "ended", "failed", "undone", "undo-failed")
 
 MIGRATIONS: tuple[str, ...] = (
     # 1: runs and what each did on each host
@@ -71,8 +80,22 @@ MIGRATIONS: tuple[str, ...] = (
     ALTER TABLE runs ADD COLUMN parent TEXT REFERENCES runs(id);
     ALTER TABLE runs ADD COLUMN baseline_key TEXT;
     """,
+    # 3: the stage boundaries of a run on each host, in the order they happened
+    """
+    CREATE TABLE run_events (
+        run_id TEXT NOT NULL REFERENCES runs(id),
+        seq INTEGER NOT NULL,
+        host TEXT NOT NULL,
+        stage TEXT NOT NULL,
+        event TEXT NOT NULL,
+        at TEXT NOT NULL,
+        detail TEXT,
+        PRIMARY KEY (run_id, seq)
+    );
+    """,
 )
 SCHEMA_VERSION = len(MIGRATIONS)
+BUSY_TIMEOUT_S = 30.0  # how long a command waits for another one's write before it says the ledger is locked
 
 
 def ledger_path(explicit: str | None = None, environ: Mapping[str, str] | None = None) -> Path:
@@ -106,6 +129,17 @@ class HostRecord:
 
 
 @dataclass(frozen=True)
+class StageEvent:
+    """One stage boundary of a run on one host: `event` is one of EVENTS, `detail` free text or JSON."""
+
+    host: str
+    stage: str
+    event: str
+    at: str
+    detail: str | None
+
+
+@dataclass(frozen=True)
 class Run:
     """One row of `runs` with its hosts, as data."""
 
@@ -130,6 +164,9 @@ class Run:
     parent: str | None
     baseline_key: str | None
     host_records: tuple[HostRecord, ...] = ()
+    # None when not read: `get` reads them; listings skip them (two per stage and host: 50 deploys
+    # of 100 hosts are 80,000 rows, about 60 times the cost of the listing itself)
+    events: tuple[StageEvent, ...] | None = None
 
     @property
     def passed(self) -> bool | None:
@@ -138,8 +175,10 @@ class Run:
         return None if value is None else bool(value)
 
     def to_dict(self) -> dict[str, Any]:
-        data = {k: v for k, v in self.__dict__.items() if k != "host_records"}
+        data = {k: v for k, v in self.__dict__.items() if k not in ("host_records", "events")}
         data["host_records"] = [h.__dict__ for h in self.host_records]
+        if self.events is not None:
+            data["events"] = [e.__dict__ for e in self.events]
         return data
 
 
@@ -152,20 +191,24 @@ def _dumps(value: Any) -> str | None:
 
 
 class Ledger:
-    """The ledger file, opened (and migrated) once per command."""
+    """The ledger file, opened (and migrated) once per command; `readonly=True` for commands that
+    only read it: no migration, no writes, and a missing file is an empty ledger."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, *, readonly: bool = False) -> None:
         self.path = path
-        path.parent.mkdir(parents=True, exist_ok=True)
-        # transactions are explicit; host threads share the connection, one statement group at a time
-        self.db = sqlite3.connect(path, timeout=30, isolation_level=None, check_same_thread=False)
-        self._lock = threading.RLock()
-        self.db.row_factory = sqlite3.Row
-        self.db.execute("PRAGMA journal_mode=WAL")
-        self.db.execute("PRAGMA foreign_keys=ON")
+        self.readonly = readonly
+        self._lock = threading.RLock()  # host threads share the connection, one statement group at a time
+        self.db = self._connect_for_reading() if readonly else self._connect()
         try:
-            self._migrate()
-            self._close_orphans()
+            with self._guard("opening it"):
+                self.db.row_factory = sqlite3.Row
+                if readonly:
+                    self._check_schema()
+                else:
+                    self._use_wal()
+                    self.db.execute("PRAGMA foreign_keys=ON")
+                    self._migrate()
+                    self._close_orphans()
         except BaseException:
             self.db.close()
             raise
@@ -174,32 +217,143 @@ class Ledger:
         self.db.close()
 
     @contextmanager
-    def transaction(self) -> Iterator[sqlite3.Connection]:
-        """BEGIN IMMEDIATE ... COMMIT: a state change is written whole or not at all."""
+    def transaction(self, doing: str = "writing it") -> Iterator[sqlite3.Connection]:
+        """BEGIN IMMEDIATE ... COMMIT: a state change is written whole or not at all. BEGIN or COMMIT
+        failing is a LedgerError saying what was being done; what the block raises passes unchanged."""
+        if self.readonly:
+            raise RuntimeError(f"{self.path} was opened for reading")
         with self._lock:
-            self.db.execute("BEGIN IMMEDIATE")
+            with self._guard(doing):
+                self.db.execute("BEGIN IMMEDIATE")
             try:
                 yield self.db
-            except BaseException:
-                self.db.execute("ROLLBACK")
+                with self._guard(doing):
+                    self.db.execute("COMMIT")
+            except BaseException as exc:
+                self._rollback(exc)
                 raise
-            self.db.execute("COMMIT")
+
+    def _rollback(self, exc: BaseException) -> None:
+        if not self.db.in_transaction:
+            return  # SQLite already rolled back: it does on a full disk
+        try:
+            self.db.execute("ROLLBACK")
+        except sqlite3.Error as failed:
+            exc.add_note(f"the ledger {self.path} could not roll back either: {failed}")
+
+    @contextmanager
+    def _writing(self, doing: str) -> Iterator[sqlite3.Connection]:
+        """A transaction whose every sqlite3 failure is a LedgerError saying what was being written."""
+        with self._guard(doing), self.transaction(doing) as db:
+            yield db
+
+    @contextmanager
+    def _guard(self, doing: str) -> Iterator[None]:
+        """sqlite3 errors about the file as a LedgerError naming it; errors that mean a bug in our SQL
+        (a broken constraint, a misused connection) stay as they are."""
+        try:
+            yield
+        except _BUGS:
+            raise
+        except sqlite3.Error as exc:
+            raise _ledger_error(self.path, exc, doing) from exc
+
+    def _connect(self) -> sqlite3.Connection:
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise _ledger_error(self.path, exc, f"creating {self.path.parent}") from exc
+        with self._guard("opening it"):
+            return _connect(str(self.path))
+
+    def _connect_for_reading(self) -> sqlite3.Connection:
+        """`mode=ro`; `immutable=1` only where a WAL reader cannot get its -shm file (a read-only
+        directory or filesystem) and no -wal file holds changes: then the main file is the whole ledger."""
+        try:
+            os.stat(self.path)
+        except FileNotFoundError:
+            return _empty_ledger()
+        except OSError as exc:
+            raise _ledger_error(self.path, exc, "opening it for reading") from exc
+        uri = self.path.absolute().as_uri() + "?mode=ro"
+        with self._guard("opening it for reading"):
+            db = _connect(uri, uri=True)
+            try:
+                db.execute("PRAGMA user_version").fetchone()  # the first read: where WAL needs its -shm file
+                return db
+            except sqlite3.Error as exc:
+                db.close()
+                if _primary(exc) not in (_READONLY, _CANTOPEN):
+                    raise
+                wal = _beside(self.path, "-wal")
+                if wal.exists() and wal.stat().st_size > 0:
+                    raise _unreadable_wal(self.path, exc) from exc
+            db = _connect(uri + "&immutable=1", uri=True)
+            try:
+                db.execute("PRAGMA user_version").fetchone()
+            except BaseException:
+                db.close()
+                raise
+            return db
+
+    def _use_wal(self) -> None:
+        """WAL, so readers never wait for a writer. Switching a new file takes a lock SQLite does not
+        wait for: commands creating the ledger at once retry here instead of failing."""
+        deadline = time.monotonic() + BUSY_TIMEOUT_S
+        while True:
+            try:
+                self.db.execute("PRAGMA journal_mode=WAL")
+                return
+            except sqlite3.OperationalError as exc:
+                if _primary(exc) not in (_BUSY, _LOCKED) or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.01)
+
+    def _check_schema(self) -> None:
+        """A ledger opened for reading is read as it is: one at another schema is refused with the cure."""
+        version = int(self.db.execute("PRAGMA user_version").fetchone()[0])
+        if version == 0:
+            self._refuse_foreign()
+            self.db.close()  # an empty file (`touch`): nothing recorded yet
+            self.db = _empty_ledger()
+            self.db.row_factory = sqlite3.Row
+        elif version > SCHEMA_VERSION:
+            raise _newer_schema(self.path, version)
+        elif version < SCHEMA_VERSION:
+            raise LedgerError(f"{self.path} has ledger schema {version}; this specctl reads schema {SCHEMA_VERSION}"
+                              " and migrates a ledger only when a command writes to it", path=str(self.path),
+                              fix="run any command that writes the ledger (deploy, verify, baseline, rollback, unlock) once"
+                                  " with this specctl, as a user who can write the file; reading commands work after that")
 
     def _migrate(self) -> None:
-        version = int(self.db.execute("PRAGMA user_version").fetchone()[0])
-        if version > SCHEMA_VERSION:
-            raise InputError(f"{self.path} has ledger schema {version}; this specctl knows up to {SCHEMA_VERSION}",
-                             fix="upgrade specctl, or point --ledger at another file")
-        for number in range(version, SCHEMA_VERSION):
-            with self.transaction() as db:
-                for statement in filter(str.strip, MIGRATIONS[number].split(";")):
+        """One migration per transaction, the version read inside it: two commands opening a new
+        ledger at once migrate it once. Up to date, it still writes (the version, unchanged): SQLite
+        opens a read-only file without a word, and a writing command should stop here, before it
+        touches a host."""
+        while True:
+            with self._writing("opening it for writing") as db:
+                version = int(db.execute("PRAGMA user_version").fetchone()[0])
+                if version > SCHEMA_VERSION:
+                    raise _newer_schema(self.path, version)
+                if version == 0:
+                    self._refuse_foreign()
+                if version == SCHEMA_VERSION:
+                    db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+                    return
+                for statement in filter(str.strip, MIGRATIONS[version].split(";")):
                     db.execute(statement)
-                db.execute(f"PRAGMA user_version = {number + 1}")
+                db.execute(f"PRAGMA user_version = {version + 1}")
+
+    def _refuse_foreign(self) -> None:
+        """At schema 0, tables mean another program's database: a migration would write ours into it."""
+        if self.db.execute("SELECT 1 FROM sqlite_master LIMIT 1").fetchall():
+            raise LedgerError(f"{self.path} is an SQLite database but not a specctl ledger (it has tables and no ledger schema)",
+                              path=str(self.path), fix=_ELSEWHERE[0].upper() + _ELSEWHERE[1:])
 
     def _close_orphans(self) -> None:
         """Runs left `running` by a process of this machine that is gone were killed (SIGKILL, power)."""
         machine = socket.gethostname()
-        rows = self.db.execute("SELECT id, pid FROM runs WHERE status = 'running' AND machine = ?", (machine,)).fetchall()
+        rows = self._query("SELECT id, pid FROM runs WHERE status = 'running' AND machine = ?", (machine,))
         for row in rows:
             if not _pid_alive(int(row["pid"])):
                 self.finish(row["id"], "killed", note="its process was gone when the ledger was next opened")
@@ -213,7 +367,7 @@ class Ledger:
         if kind not in KINDS:
             raise ValueError(f"unknown run kind {kind}")
         metadata = (profile or {}).get("metadata", {})
-        with self.transaction() as db:
+        with self._writing(f"opening run {run_id}") as db:
             db.execute(
                 "INSERT INTO runs (id, kind, profile, profile_version, profile_sha256, hosts, command, user, machine, pid,"
                 " reason, engine, engine_version, inputs, status, started_at, parent, baseline_key)"
@@ -227,12 +381,23 @@ class Ledger:
                     commands: Sequence[Sequence[str]] | None = None, measurements: Mapping[str, Any] | None = None,
                     verdict: Mapping[str, Any] | None = None, passed: bool | None = None) -> None:
         """What the run did on one host (replaces an earlier record of the same host)."""
-        with self.transaction() as db:
+        with self._writing(f"recording host {host} of run {run_id}") as db:
             db.execute(
                 "INSERT OR REPLACE INTO run_hosts (run_id, host, release, facts, commands, measurements, verdict, passed)"
                 " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                 (run_id, host, release, _dumps(facts), _dumps([list(c) for c in commands] if commands else None),
                  _dumps(measurements), _dumps(verdict), None if passed is None else int(passed)))
+
+    def record_event(self, run_id: str, host: str, stage: str, event: str, detail: str | None = None) -> int:
+        """A stage boundary of a run on one host (`event` one of EVENTS); returns its number in the
+        run, 1 up, taken in the same transaction so concurrent hosts never share one."""
+        if event not in EVENTS:
+            raise ValueError(f"a stage event is one of {EVENTS}, not {event}")
+        with self._writing(f"recording {stage} {event} on {host} for run {run_id}") as db:
+            seq = int(db.execute("SELECT COALESCE(MAX(seq), 0) + 1 FROM run_events WHERE run_id = ?", (run_id,)).fetchone()[0])
+            db.execute("INSERT INTO run_events (run_id, seq, host, stage, event, at, detail) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                       (run_id, seq, host, stage, event, now(), detail))
+        return seq
 
     def finish(self, run_id: str, status: str, *, verdict: Mapping[str, Any] | None = None, note: str | None = None) -> None:
         """Close a run; a run already closed keeps its first status (a kill after success changes nothing)."""
@@ -241,7 +406,7 @@ class Ledger:
         body = dict(verdict or {})
         if note:
             body["note"] = note
-        with self.transaction() as db:
+        with self._writing(f"closing run {run_id} as {status}") as db:
             db.execute("UPDATE runs SET status = ?, verdict = COALESCE(?, verdict), finished_at = ? WHERE id = ? AND status = 'running'",
                        (status, _dumps(body) if body else None, now(), run_id))
 
@@ -253,28 +418,44 @@ class Ledger:
         outcome = Outcome()
         try:
             yield outcome
-        except (Cancelled, KeyboardInterrupt):
-            self.finish(run_id, "killed", verdict=outcome.verdict, note="stopped by a signal")
+        except (Cancelled, KeyboardInterrupt) as exc:
+            self._close_after(exc, run_id, "killed", verdict=outcome.verdict, note="stopped by a signal")
             raise
         except BaseException as exc:
-            self.finish(run_id, "failed", verdict={**(outcome.verdict or {}), "passed": False,
-                                                   "error": getattr(exc, "message", None) or repr(exc)})
+            self._close_after(exc, run_id, "failed", verdict={**(outcome.verdict or {}), "passed": False,
+                                                              "error": getattr(exc, "message", None) or repr(exc)})
             raise
         self.finish(run_id, outcome.status, verdict=outcome.verdict)
 
+    def _close_after(self, exc: BaseException, run_id: str, status: str, **how: Any) -> None:
+        """Close the run an exception ended; when the ledger cannot (a full disk), say so on that
+        exception instead of replacing it: the first failure is the one the user needs."""
+        try:
+            self.finish(run_id, status, **how)
+        except Exception as failed:  # noqa: BLE001 - whatever it is, it must not mask `exc`
+            exc.add_note(f"the ledger could not close run {run_id} as {status}: {getattr(failed, 'message', None) or failed};"
+                         " it stays `running` until the ledger is next opened after this process has ended,"
+                         " which closes it as killed")
+
     # --- reading ---------------------------------------------------------------------------------
     def get(self, run_id: str) -> Run:
-        """A run by id or unique id prefix."""
+        """A run by id or unique id prefix, whole: with its hosts and its stage events."""
         rows = self._query("SELECT * FROM runs WHERE id = ? OR id LIKE ? ORDER BY id", (run_id, run_id + "%"))
         exact = [r for r in rows if r["id"] == run_id]
         if not rows or (len(rows) > 1 and not exact):
             raise InputError(f"no run {run_id!r} in {self.path}" if not rows else f"{run_id!r} matches {len(rows)} runs",
                              fix="`specctl runs` lists run ids")
-        return self._run(exact[0] if exact else rows[0])
+        run = self._run(exact[0] if exact else rows[0])
+        return replace(run, events=tuple(self.events(run.id)))
+
+    def events(self, run_id: str) -> list[StageEvent]:
+        """The stage boundaries of a run (exact id), in the order they were recorded."""
+        rows = self._query("SELECT host, stage, event, at, detail FROM run_events WHERE run_id = ? ORDER BY seq", (run_id,))
+        return [StageEvent(r["host"], r["stage"], r["event"], r["at"], r["detail"]) for r in rows]
 
     def runs(self, *, profile: str | None = None, host: str | None = None, kind: str | None = None,
              limit: int | None = None) -> list[Run]:
-        """Runs, oldest first, filtered."""
+        """Runs, oldest first, filtered (without their events: `get` or `events` reads those)."""
         sql, args = "SELECT * FROM runs WHERE 1=1", []
         if profile:
             sql += " AND profile = ?"
@@ -298,7 +479,7 @@ class Ledger:
         return chosen[0] if chosen else None
 
     def _query(self, sql: str, args: Sequence[Any] = ()) -> list[sqlite3.Row]:
-        with self._lock:
+        with self._lock, self._guard("reading it"):
             return self.db.execute(sql, args).fetchall()
 
     def _run(self, row: sqlite3.Row) -> Run:
@@ -319,3 +500,106 @@ def _pid_alive(pid: int) -> bool:
     except PermissionError:
         return True
     return True
+
+
+# --- the file and how it fails ------------------------------------------------------------------
+# primary result codes (sqlite.org/rescode.html); an extended code keeps its primary in the low byte
+_PERM, _BUSY, _LOCKED, _READONLY, _IOERR, _CORRUPT, _FULL, _CANTOPEN, _NOTADB = 3, 5, 6, 8, 10, 11, 13, 14, 26
+_BUGS = (sqlite3.IntegrityError, sqlite3.ProgrammingError, sqlite3.InterfaceError, sqlite3.NotSupportedError)
+_OS_CODES = {errno.ENOSPC: _FULL, errno.EDQUOT: _FULL, errno.EROFS: _READONLY, errno.EACCES: _READONLY, errno.EPERM: _READONLY}
+_COPIES = "the release directories on the hosts keep a copy of each run (runs/<id>.json)"
+_ELSEWHERE = "point --ledger or SPECCTL_LEDGER at a writable file"
+
+
+def _connect(target: str, *, uri: bool = False) -> sqlite3.Connection:
+    # transactions are explicit; host threads share the connection under the ledger's lock
+    return sqlite3.connect(target, timeout=BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False, uri=uri)
+
+
+def _empty_ledger() -> sqlite3.Connection:
+    """What a reading command sees where no ledger file exists yet: the schema and no runs."""
+    db = _connect(":memory:")
+    for script in MIGRATIONS:
+        db.executescript(script)
+    db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+    db.execute("PRAGMA query_only = ON")
+    return db
+
+
+def _primary(exc: sqlite3.Error) -> int:
+    return (getattr(exc, "sqlite_errorcode", None) or 0) & 0xFF
+
+
+def _beside(path: Path, suffix: str) -> Path:
+    return path.with_name(path.name + suffix)
+
+
+def _ledger_error(path: Path, exc: sqlite3.Error | OSError, doing: str) -> LedgerError:
+    """What is wrong with the ledger file and how the user cures it, keeping SQLite's own words."""
+    if isinstance(exc, OSError):
+        code, said = _OS_CODES.get(exc.errno or 0, -1), str(exc)
+    else:
+        code, said = _primary(exc), f"{exc} [{getattr(exc, 'sqlite_errorname', 'sqlite')}]"
+    cause, where, aside = f"{said}, while {doing}", path.parent, f"mv {shlex.quote(str(path))} {shlex.quote(f'{path}.broken')}"
+    if code in (_CORRUPT, _NOTADB):
+        return LedgerError(f"the ledger {path} is damaged or is not an SQLite file ({cause})", path=str(path),
+                           fix=f"move it aside ({aside}) and run again to start a new ledger; {_COPIES}")
+    if code == _FULL:
+        return LedgerError(f"the disk holding the ledger {path} is full ({cause})", path=str(path),
+                           fix=f"free space on the filesystem of {where} (df -h {shlex.quote(str(where))}) and run again;"
+                               " a run left open is closed as killed when the ledger is next opened")
+    if code in (_BUSY, _LOCKED):
+        return LedgerError(f"the ledger {path} is locked by another process ({cause})", path=str(path),
+                           fix="wait for the other specctl command to finish, then run again")
+    if code in (_READONLY, _PERM, _CANTOPEN):
+        problem, fix = _access_problem(path)
+        return LedgerError(f"cannot use the ledger {path}: {problem} ({cause})", path=str(path), fix=fix)
+    if code == -1:  # the directory could not be made: a file in the way, a broken link
+        return LedgerError(f"cannot make the directory of the ledger {path} ({cause})", path=str(path),
+                           fix=f"make {where} a directory this user can write, or {_ELSEWHERE}")
+    if code == _IOERR:
+        return LedgerError(f"reading or writing the ledger {path} failed ({cause})", path=str(path),
+                           fix=f"check the disk and filesystem of {where} and run again; if the file is damaged,"
+                               f" move it aside ({aside}): {_COPIES}")
+    return LedgerError(f"the ledger {path} could not be used ({cause})", path=str(path),
+                       fix=f"if it is not a specctl ledger, {_ELSEWHERE}; if it is damaged, move it aside ({aside}): {_COPIES}")
+
+
+def _access_problem(path: Path) -> tuple[str, str]:
+    """Why the file cannot be opened or written, as far as the filesystem says, and the cure."""
+    where = path.parent
+    try:
+        if os.statvfs(where).f_flag & os.ST_RDONLY:
+            return f"the filesystem holding {where} is mounted read-only", f"remount it read-write, or {_ELSEWHERE}"
+    except OSError:
+        pass
+    if os.access(path, os.F_OK) and not os.access(path, os.R_OK | os.W_OK):
+        return (f"{path} is not readable and writable by this user",
+                f"fix its permissions (chmod u+rw {shlex.quote(str(path))}), or {_ELSEWHERE}")
+    wal, shm = _beside(path, "-wal"), _beside(path, "-shm")
+    for side in (wal, shm):
+        if os.access(side, os.F_OK) and not os.access(side, os.R_OK | os.W_OK):
+            return (f"{side.name} beside it is not writable by this user (SQLite's WAL files: a reader in a writable"
+                    " directory leaves them, owned by that reader)",
+                    f"have their owner or root make {wal.name} and {shm.name} writable for you, or {_ELSEWHERE}")
+    if not os.access(where, os.W_OK | os.X_OK):
+        return (f"its directory {where} is not writable by this user (SQLite keeps {path.name}-wal and {path.name}-shm there)",
+                f"fix the directory's permissions, or {_ELSEWHERE}")
+    return "it cannot be opened or written", f"check the permissions of {path} and {where}, or {_ELSEWHERE}"
+
+
+def _unreadable_wal(path: Path, exc: sqlite3.Error) -> LedgerError:
+    """A WAL ledger with changes still in its -wal file, where SQLite cannot open the -shm index it
+    needs to read them: reading the main file alone would miss them."""
+    wal, shm = _beside(path, "-wal"), _beside(path, "-shm")
+    return LedgerError(f"the ledger {path} has changes in {wal.name} that SQLite reads only through {shm.name}, and"
+                       f" {shm.name} cannot be opened or created in {path.parent} ({exc}"
+                       f" [{getattr(exc, 'sqlite_errorname', 'sqlite')}], while opening it for reading)", path=str(path),
+                       fix=f"run the command as a user who can write {path.parent} (a command that writes the ledger also"
+                           f" folds {wal.name} into the main file), or copy {path.name} and {wal.name} into a writable"
+                           " directory and point --ledger at the copy")
+
+
+def _newer_schema(path: Path, version: int) -> LedgerError:
+    return LedgerError(f"{path} has ledger schema {version}; this specctl knows up to {SCHEMA_VERSION}", path=str(path),
+                       fix="upgrade specctl, or point --ledger at another file")

@@ -1,8 +1,10 @@
 """Rendering a Plan as a POSIX launch script or JSON. Every value is shell-quoted; the only
-expansion in a script is the release directory the script itself sets."""
+expansions in a script are the release directory the script itself sets and the `printf` that
+spells out characters a terminal would act on, so the script reads safely and runs exactly."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import shlex
 
@@ -11,10 +13,33 @@ from specctl.plan.plan import NodePlan, Plan
 
 
 def quote(word: str) -> str:
-    """Quote one argv word for sh; the overlay path alone keeps its variable expandable."""
+    """Quote one argv word for sh; the overlay path alone keeps its variable expandable.
+
+    Characters that are not printable (ESC, other controls, bidi overrides) are legal in a value but
+    would act on the terminal that shows the script, so they are written as octal escapes of a
+    `printf` joined into the same word. Newline and tab stay literal inside single quotes: command
+    substitution would strip a trailing newline.
+    """
     if word == OVERLAY_PATH:
         return OVERLAY_PATH.replace(f"${{{RELEASE_DIR_VAR}}}", f'"${{{RELEASE_DIR_VAR}}}"')
-    return shlex.quote(word)
+    if all(map(_shows, word)):
+        return shlex.quote(word)
+    pieces = []
+    for shown, chars in itertools.groupby(word, _shows):
+        run = "".join(chars)
+        pieces.append(shlex.quote(run) if shown else _printf(run))
+    return "".join(pieces)
+
+
+def _shows(char: str) -> bool:
+    """Whether a character may stand in the script as itself."""
+    return char.isprintable() or char in "\n\t"
+
+
+def _printf(text: str) -> str:
+    """A double-quoted command substitution that prints exactly the UTF-8 bytes of `text`."""
+    octal = "".join(f"\\{byte:03o}" for byte in text.encode())
+    return f"\"$(printf '{octal}')\""
 
 
 def render_sh(plan: Plan, node: NodePlan) -> str:
@@ -27,7 +52,7 @@ def render_sh(plan: Plan, node: NodePlan) -> str:
         "set -eu",
         f'{RELEASE_DIR_VAR}="${{{RELEASE_DIR_VAR}:-$(cd "$(dirname "$0")" && pwd)}}"',
     ]
-    lines += [f"export {name}={shlex.quote(value)}" for name, value in sorted(node.env.items())]
+    lines += [f"export {name}={quote(value)}" for name, value in sorted(node.env.items())]
     if plan.secrets:
         lines.append("# passed through from the caller's environment, never written here: " + " ".join(plan.secrets))
     lines.append("exec " + " ".join(quote(word) for word in node.argv))

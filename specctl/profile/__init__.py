@@ -28,9 +28,15 @@ def model_for(kind: str) -> type[BaseModel]:
     return models[kind]
 
 
-def load_profile(path: Path | str) -> Loaded[Profile]:
-    """Load and validate a Profile file (with its `extends:` chain)."""
-    return load_document(path, Profile, "Profile")
+def load_profile(path: Path | str, *, check_files: bool = True) -> Loaded[Profile]:
+    """Load and validate a Profile file (with its `extends:` chain) and, unless `check_files` is off
+    (commands that only name a deployed profile, like stop), the files it names that a deploy reads."""
+    loaded = load_document(path, Profile, "Profile")
+    if check_files:
+        from specctl.profile.references import check_references
+
+        check_references(loaded)
+    return loaded
 
 
 def load_manifest(path: Path | str) -> Loaded[DrafterManifest]:
@@ -46,5 +52,7 @@ def validate_file(path: Path | str) -> tuple[str, str]:
         pos = doc.position(("kind",))
         raise DocumentError([DocumentProblem(str(path), pos.line if pos else None, pos.column if pos else None, "kind",
                                              f"unknown kind {kind!r}", f"set `kind:` to one of {', '.join(KINDS)}")])
+    if kind == "Profile":
+        return kind, load_profile(path).sha256
     loaded: Loaded[BaseModel] = load_document(path, model_for(kind), kind)
     return kind, loaded.sha256

@@ -6,6 +6,7 @@ file, line, column and field, and says how to fix it.
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import hashlib
 import json
@@ -18,9 +19,11 @@ from typing import Any, Generic, TypeVar
 from pydantic import BaseModel, ValidationError
 
 from specctl.errors import DocumentError, DocumentProblem
-from specctl.profile._yaml import Path_, Position, YamlDocument, load_yaml
+from specctl.profile._files import MAX_DOCUMENT_BYTES, refusal
+from specctl.profile._yaml import Path_, Position, YamlDocument, capped, field_name, load_yaml, printable, shorten, source_line
 
 API_VERSION = "specctl/v1"
+MAX_EXTENDS_DEPTH = 16  # files in one extends chain; real chains have two or three
 M = TypeVar("M", bound=BaseModel)
 
 
@@ -33,11 +36,19 @@ class Loaded(Generic[M]):
     sha256: str
     chain: tuple[Path, ...]  # the file and every file it extends, nearest first
     positions: dict[Path_, Position]
+    lines: dict[str, tuple[str, ...]] = dataclasses.field(default_factory=dict)  # each file's source lines
 
     def file_of(self, *field: str | int) -> Path:
         """The file that wrote `field` (relative paths in a profile are relative to that file)."""
         position = self.positions.get(tuple(field))
         return Path(position.file) if position else self.path
+
+    def problem(self, field: Path_, message: str, fix: str) -> DocumentProblem:
+        """A problem found after validation, located at `field` as the schema's own problems are."""
+        pos = _nearest(self.positions, field)
+        line = pos.line if pos else None
+        return DocumentProblem(pos.file if pos else str(self.path), line, pos.column if pos else None,
+                               field_name(field), message, fix, source_line(self.lines.get(pos.file, ()) if pos else (), line))
 
 
 def content_sha256(model: BaseModel) -> str:
@@ -53,29 +64,34 @@ def load_document(path: Path | str, model: type[M], kind: str) -> Loaded[M]:
     try:
         validated = model.model_validate(data)
     except ValidationError as exc:
-        raise DocumentError(_problems(exc, model, positions, lines, str(path))) from None
-    return Loaded(validated, path, content_sha256(validated), chain, positions)
+        raise DocumentError(capped(_problems(exc, model, positions, lines, str(path)))) from None
+    return Loaded(validated, path, content_sha256(validated), chain, positions, lines)
 
 
 def _resolve(
     path: Path, kind: str, seen: tuple[Path, ...]
 ) -> tuple[dict[str, Any], dict[Path_, Position], dict[str, tuple[str, ...]], tuple[Path, ...]]:
     """Read `path` and merge it over the documents it extends, keeping every value's position."""
+    doc = load_yaml(path)  # first: it refuses what `resolve` cannot handle, such as a symlink loop
     real = path.resolve()
     if real in seen:
         cycle = " -> ".join(str(p) for p in (*seen, real))
         raise DocumentError([DocumentProblem(str(path), None, None, "extends", f"extends cycle: {cycle}", "remove one of the extends links")])
-    doc = load_yaml(path)
     data = _header(doc, kind)
     lines = {doc.file: doc.lines}
     extends = data.pop("extends", None)
     if extends is None:
         return data, doc.positions, lines, (path,)
-    if not isinstance(extends, str):
+    if not isinstance(extends, str) or not extends:
         raise DocumentError([_at(doc, ("extends",), "extends must be a path to another profile", "write `extends: base.yaml` (relative to this file)")])
+    if len(seen) + 1 >= MAX_EXTENDS_DEPTH:
+        raise DocumentError([_at(doc, ("extends",), f"extends chains are limited to {MAX_EXTENDS_DEPTH} files",
+                                 "extend a profile that extends fewer others")])
     base_path = (path.parent / extends)
-    if not base_path.exists():
-        raise DocumentError([_at(doc, ("extends",), f"extends target {extends!r} not found (looked at {base_path})", "fix the path; it is relative to this file")])
+    found = refusal(base_path, MAX_DOCUMENT_BYTES)
+    if found is not None:
+        raise DocumentError([_at(doc, ("extends",), f"extends target {extends!r} ({printable(str(base_path))}): {found.message}",
+                                 f"{found.fix}; the path is relative to this file")])
     base, base_positions, base_lines, chain = _resolve(base_path, kind, (*seen, real))
     merged = _merge(base, data)
     positions = {p: pos for p, pos in base_positions.items() if not _replaced(p, data)}
@@ -98,8 +114,8 @@ def _header(doc: YamlDocument, kind: str) -> dict[str, Any]:
 def _at(doc: YamlDocument, path: Path_, message: str, fix: str) -> DocumentProblem:
     pos = doc.position(path)
     line = pos.line if pos else None
-    return DocumentProblem(doc.file, line, pos.column if pos else None, ".".join(map(str, path)), message, fix,
-                           doc.lines[line - 1] if line and line <= len(doc.lines) else None)
+    return DocumentProblem(doc.file, line, pos.column if pos else None, field_name(path), message, fix,
+                           source_line(doc.lines, line))
 
 
 def _merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
@@ -133,16 +149,14 @@ def _problems(
     for error in exc.errors(include_url=False):
         loc = tuple(error["loc"])
         at = (error.get("ctx") or {}).get("at")
-        if at:  # model-level validators name the field they are about
-            loc = (*loc, *str(at).split("."))
+        if at:  # model-level validators name the field they are about; field validators a path inside theirs
+            loc = (*loc, *(at if isinstance(at, tuple) else str(at).split(".")))
         pos = _nearest(positions, loc)
         where = pos.file if pos else file
-        source = None
-        if pos and pos.file in lines and 0 < pos.line <= len(lines[pos.file]):
-            source = lines[pos.file][pos.line - 1]
+        source = source_line(lines.get(pos.file, ()), pos.line) if pos else None
         message, fix = _explain(error, model, loc)
         problems.append(DocumentProblem(where, pos.line if pos else None, pos.column if pos else None,
-                                        ".".join(map(str, loc)), message, fix, source))
+                                        field_name(loc), message, fix, source))
     return problems
 
 
@@ -189,6 +203,8 @@ def _explain(error: Any, model: type[BaseModel], loc: Path_) -> tuple[str, str]:
         return f"expected a mapping, got {shown}", "write nested `key: value` lines under this key"
     if kind.startswith(("greater_than", "less_than")):
         return f"{shown}: {error['msg']}", "use a value within the stated bound"
+    if kind in {"string_too_long", "string_too_short"}:
+        return f"{shorten(shown)}: {error['msg']}", "use a value within the stated length"
     if kind == "string_pattern_mismatch":
         return f"{shown} does not match the required form {ctx.get('pattern')!r}", "use lowercase letters, digits, '.', '_' and '-'"
     return str(error["msg"]), "correct the value as the message says"

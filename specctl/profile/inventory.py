@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import posixpath
 from typing import Annotated, Literal
 
-from pydantic import ConfigDict, Field, model_validator
+from pydantic import ConfigDict, Field, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
-from specctl.profile.profile import NAME_RE, StrictModel
+from specctl.profile.profile import Name, StrictModel
 
 
 class SshTarget(StrictModel):
@@ -26,11 +27,25 @@ class Host(StrictModel):
     gpu: str | None = None
     gpus: Annotated[int | None, Field(ge=1)] = None
 
+    @field_validator("root")
+    @classmethod
+    def _root_is_a_state_directory(cls, root: str) -> str:
+        """Releases are created and removed under root, so it must be a real directory of its own:
+        an empty or relative root would land in whatever directory a command runs in, and "/" is
+        the whole filesystem."""
+        if not (root == "~" or root.startswith("~/") or root.startswith("/")):
+            raise PydanticCustomError("root_relative", "root {root!r} is not an absolute path or one under ~/",
+                                      {"root": root, "fix": "write an absolute path, or one under the host's home, e.g. `root: ~/.specctl`"})
+        if posixpath.normpath(root) in ("/", "//"):
+            raise PydanticCustomError("root_filesystem", "root {root!r} is the filesystem root",
+                                      {"root": root, "fix": "use a directory of its own, e.g. `root: /srv/specctl`"})
+        return root
+
 
 class Inventory(StrictModel):
     api_version: Literal["specctl/v1"] = Field("specctl/v1", alias="apiVersion")
     kind: Literal["Inventory"] = "Inventory"
-    hosts: dict[Annotated[str, Field(pattern=NAME_RE)], Host]
+    hosts: dict[Name, Host]
     groups: dict[str, list[str]] = {}
 
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True, populate_by_name=True, defer_build=True)

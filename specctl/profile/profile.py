@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import difflib
 import re
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic_core import PydanticCustomError
@@ -14,14 +14,48 @@ from specctl.gpus import GPUS
 REVISION_RE = re.compile(r"^[0-9a-f]{40}$")
 ENV_NAME_RE = r"^[A-Za-z_][A-Za-z0-9_]*$"
 NAME_RE = r"^[a-z0-9][a-z0-9._-]*$"
+MAX_NAME_CHARS = 100  # names become directory names on hosts; far below any filesystem's limit
+
+# a name that is safe as one directory name on any host: no '/', no leading '.' or '-', bounded
+Name = Annotated[str, Field(pattern=NAME_RE, min_length=1, max_length=MAX_NAME_CHARS)]
 
 ArgValue = bool | int | float | str | list[bool | int | float | str]
 
 
 class StrictModel(BaseModel):
-    """Base of every file-format model: unknown keys are errors, values are not coerced, frozen."""
+    """Base of every file-format model: unknown keys are errors, values are not coerced, frozen.
+
+    No text may hold a NUL character: argv and the environment end a string at the first NUL, so
+    a value would reach the engine cut short without a word.
+    """
 
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True, defer_build=True)
+
+    @field_validator("*", mode="after")
+    @classmethod
+    def _no_nul(cls, value: Any) -> Any:
+        at = nul_at(value)
+        if at is not None:
+            raise PydanticCustomError("nul_character", "a NUL character is not allowed in text",
+                                      {"at": at, "fix": "remove the NUL character (written \\0 or \\x00 in YAML)"})
+        return value
+
+
+def nul_at(value: Any) -> tuple[str | int, ...] | None:
+    """The path inside `value` (text, lists, mappings and their keys) to the first text holding a NUL, if any."""
+    if isinstance(value, str):
+        return () if "\0" in value else None
+    if isinstance(value, (list, tuple)):
+        for index, item in enumerate(value):
+            inner = nul_at(item)
+            if inner is not None:
+                return (index, *inner)
+    if isinstance(value, dict):
+        for key, item in value.items():
+            inner = () if isinstance(key, str) and "\0" in key else nul_at(item)
+            if inner is not None:
+                return (key, *inner)
+    return None
 
 
 def is_local_path(model: str) -> bool:
@@ -44,7 +78,7 @@ def check_revision(model: str, revision: str | None, allow_unpinned: bool) -> No
 
 
 class Metadata(StrictModel):
-    name: Annotated[str, Field(pattern=NAME_RE, description="profile name, used in release paths")]
+    name: Annotated[Name, Field(description="profile name, used in release paths")]
     version: Annotated[int, Field(ge=1, description="bumped on every change")]
     description: str = ""
 

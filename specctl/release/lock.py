@@ -1,4 +1,8 @@
-"""The per-profile host lock: one deploy at a time, with its owner written down."""
+"""The per-profile host lock: one verb that changes a host at a time, with its owner written down.
+
+Every verb that changes a host (deploy, rollback, baseline, verify, stop) holds it for its whole
+length; `unlock` removes it only when its holder is gone, or when told to with `--force`.
+"""
 
 from __future__ import annotations
 
@@ -9,7 +13,7 @@ import socket
 import time
 from typing import Any
 
-from specctl.errors import HostError
+from specctl.errors import ConnectionLost, HostError
 from specctl.hosts.transport import Transport
 
 # create the lock file only if absent (noclobber makes the redirection fail when it exists)
@@ -22,11 +26,24 @@ def owner(run_id: str, command: str) -> dict[str, Any]:
 
 
 def acquire(transport: Transport, base: str, who: dict[str, Any]) -> None:
-    done = transport.run(["sh", "-c", _CREATE, "sh", f"{base}/lock", json.dumps(who, sort_keys=True)], check=False)
-    if done.rc != 0:
-        held = read(transport, base)
-        raise HostError(f"{transport.name}: {base} is locked by {describe(held)}", host=transport.name,
-                        fix=f"wait for that deploy, or if it is dead: specctl unlock --host {transport.name} PROFILE")
+    """Take the lock or raise naming its holder. A connection lost in the middle is resolved by
+    reading the lock back: if it names us, the first attempt took it."""
+    try:
+        done = transport.run(["sh", "-c", _CREATE, "sh", f"{base}/lock", json.dumps(who, sort_keys=True)], check=False)
+        taken = done.rc == 0
+    except ConnectionLost:
+        taken = False
+    if taken:
+        return
+    held = read(transport, base)
+    if held == who:
+        return
+    if held is None:
+        raise HostError(f"{transport.name}: cannot create the lock {base}/lock", host=transport.name,
+                        fix="check that the state directory is writable and its disk is not full")
+    raise HostError(f"{transport.name}: {base} is locked by {describe(held)}", host=transport.name,
+                    fix="wait for it to finish; if its process is gone: specctl unlock --hosts "
+                        f"{transport.name} PROFILE")
 
 
 def read(transport: Transport, base: str) -> dict[str, Any] | None:
@@ -34,18 +51,35 @@ def read(transport: Transport, base: str) -> dict[str, Any] | None:
     if raw is None:
         return None
     try:
-        data: dict[str, Any] = json.loads(raw)
-        return data
+        data = json.loads(raw)
     except ValueError:
         return {"unreadable": raw.decode(errors="replace")[:200]}
+    return data if isinstance(data, dict) else {"unreadable": raw.decode(errors="replace")[:200]}
 
 
 def release(transport: Transport, base: str) -> None:
-    transport.run(["rm", "-f", f"{base}/lock"], check=False)
+    transport.run(["rm", "-f", f"{base}/lock"], check=False, retry=True)
+
+
+def holder_alive(held: dict[str, Any]) -> bool | None:
+    """Whether the lock's holder still runs: known only for a holder on this machine (None otherwise)."""
+    pid = held.get("pid")
+    if held.get("machine") != socket.gethostname() or not isinstance(pid, int):
+        return None
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def describe(held: dict[str, Any] | None) -> str:
     if not held:
         return "nobody (the lock vanished)"
+    if "unreadable" in held:
+        return f"an unreadable lock file ({held['unreadable']!r})"
+    state = {True: "its process is running", False: "its process is gone", None: "on another machine"}[holder_alive(held)]
     return (f"{held.get('user')}@{held.get('machine')} pid {held.get('pid')} since {held.get('since')} "
-            f"(run {held.get('run_id')}: {held.get('command')})")
+            f"(run {held.get('run_id')}: {held.get('command')}; {state})")

@@ -1,4 +1,8 @@
-"""Waiting for a started server: ready means a real generation answered (`/health_generate`)."""
+"""Waiting for a started server: ready means a real generation answered (`/health_generate`).
+
+Readiness is asked over HTTP and the server's liveness and log over SSH; a connection that drops
+and comes back in the middle only costs a poll, and one that stays down ends the wait at its budget.
+"""
 
 from __future__ import annotations
 
@@ -6,8 +10,8 @@ import time
 from collections.abc import Callable, Sequence
 
 from specctl.cancel import NEVER, CancelToken
-from specctl.errors import HostError
-from specctl.release.release import Release, log_tail, observe, pid
+from specctl.errors import ConnectionLost, HostError
+from specctl.release.release import Release, observe
 from specctl.verdict.client import EngineClient
 
 
@@ -17,7 +21,6 @@ class StartupFailed(HostError):
     def __init__(self, message: str, *, host: str, log: list[str], fix: str | None = None) -> None:
         super().__init__(message, host=host, fix=fix)
         self.log = log
-        self.restored: str | None = None  # the previous release started again, if there was one
 
 
 def stage_of(lines: Sequence[str], stages: Sequence[tuple[str, str]]) -> str:
@@ -29,24 +32,28 @@ def stage_of(lines: Sequence[str], stages: Sequence[tuple[str, str]]) -> str:
     return reached
 
 
-def wait_ready(release: Release, port: int, stages: Sequence[tuple[str, str]], *, budget_s: float,
+def wait_ready(release: Release, port: int, stages: Sequence[tuple[str, str]], *, process_group: int, budget_s: float,
                on_progress: Callable[[str], None] = lambda stage: None, poll_s: float = 0.5,
-               process_group: int | None = None, cancel: CancelToken = NEVER) -> float:
+               cancel: CancelToken = NEVER) -> float:
     """Block until the server answers a generation; returns the seconds it took."""
     t = release.transport
-    client = EngineClient(f"http://{t.address}:{port}", timeout_s=30)
+    client = EngineClient(f"http://{t.address}:{port}", timeout_s=30, cancel=cancel)
     start = time.monotonic()
-    group = process_group if process_group is not None else pid(release)
+    lines: list[str] = []
     while True:
-        if client.healthy(timeout_s=30):
+        if client.healthy(timeout_s=min(30.0, max(1.0, budget_s - (time.monotonic() - start)))):
             on_progress("ready")
             return time.monotonic() - start
-        alive, lines = observe(release, group) if group is not None else (False, log_tail(release, 200))
+        try:
+            alive, lines = observe(release, process_group)
+        except ConnectionLost:
+            alive = True  # unknown: the server may well be loading; its health decides, or the budget
+            on_progress("host connection lost; still waiting")
         if not alive:
             raise StartupFailed(f"{t.name}: the server exited during start-up", host=t.name, log=lines[-20:],
-                                fix="read the log lines above; `specctl logs` shows the whole log")
+                                fix="read the server log lines shown with this error; `specctl logs` shows the whole log")
         if time.monotonic() - start > budget_s:
             raise StartupFailed(f"{t.name}: no generation within the {budget_s:.0f} s start-up budget", host=t.name,
-                                log=lines[-20:], fix="raise the start-up budget, or read the log for a hang")
+                                log=lines[-20:], fix="raise the start-up budget (--startup-timeout), or read the log for a hang")
         on_progress(stage_of(lines, stages))
         cancel.sleep(poll_s)

@@ -17,7 +17,7 @@ from specctl.constants import OVERLAY_DIR, RELEASE_DIR_VAR
 from specctl.errors import HostError
 from specctl.hosts.transport import Transport
 from specctl.plan.plan import NodePlan, Plan
-from specctl.plan.render import render_sh
+from specctl.plan.render import quote, render_sh
 
 LOG = "server.log"
 PID = "server.pid"
@@ -63,8 +63,19 @@ def host_root(transport: Transport, root: str) -> str:
 
 
 # Unpack a tar from stdin beside the release directory, then rename it into place: a release
-# directory either does not exist or is whole. $1 = release directory.
-_UNPACK = 'tmp="$1.part.$$" && mkdir -p "$tmp" && tar -x -f - -C "$tmp" && mv -T "$tmp" "$1"'
+# directory either does not exist or is whole, and a failed unpack (a full disk) leaves nothing
+# behind. $1 = release directory.
+_UNPACK = ('tmp="$1.part.$$" && mkdir -p "$tmp" && '
+           '{ tar -x -f - -C "$tmp" && mv -T "$tmp" "$1"; } || { rc=$?; rm -rf "$tmp"; exit $rc; }')
+# The parts an interrupted unpack of an earlier run left (the process that wrote them is gone).
+_SWEEP = 'for d in "$1"/releases/*.part.*; do [ -d "$d" ] && rm -rf "$d"; done; true'
+WHOLE = ("launch.sh", "profile.json", "plan.json", SUMMARY_FILE, WORKLOAD_FILE)  # what restarting and verifying need
+
+
+def env_file(env: dict[str, str]) -> bytes:
+    """`KEY='value'` lines an operator may source with sh: single quotes expand nothing (control
+    characters are spelled out through printf, so the file stays printable)."""
+    return "".join(f"{k}={quote(v)}\n" for k, v in sorted(env.items())).encode()
 
 
 def release_files(plan: Plan, node: NodePlan, documents: dict[str, Any],
@@ -72,7 +83,7 @@ def release_files(plan: Plan, node: NodePlan, documents: dict[str, Any],
     """Every file of a release: name -> (content, mode), or name -> symlink target."""
     files: dict[str, tuple[bytes, int] | str] = {
         "launch.sh": (render_sh(plan, node).encode(), 0o755),
-        "env": ("".join(f"{k}={json.dumps(v)}\n" for k, v in sorted(node.env.items())).encode(), 0o644),
+        "env": (env_file(dict(node.env)), 0o644),
     }
     for name, data in documents.items():
         text = data if isinstance(data, str) else json.dumps(data, indent=2, sort_keys=True, default=str) + "\n"
@@ -109,30 +120,73 @@ def materialize(release: Release, files: dict[str, tuple[bytes, int] | str]) -> 
     release.transport.run(["sh", "-c", _UNPACK, "sh", release.dir], stdin=archive(files))
 
 
+def sweep(transport: Transport, base: str) -> None:
+    """Remove the half-written release directories that interrupted transfers left."""
+    transport.run(["sh", "-c", _SWEEP, "sh", base], retry=True)
+
+
+def missing_files(release: Release) -> list[str]:
+    """What a release lacks of what restarting and verifying it need (empty: it is whole)."""
+    done = release.transport.run(["sh", "-c", 'cd "$1" 2>/dev/null || { echo .; exit 0; }; shift; '
+                                  'for f; do [ -f "$f" ] || echo "$f"; done', "sh", release.dir, *WHOLE], retry=True)
+    return ["the release directory" if line == "." else line for line in done.stdout.splitlines()]
+
+
 _SWITCH = 'ln -sfn "$1" "$2" && mv -Tf "$2" "$3"'
 
 
 def switch(release: Release, link: str = "current") -> None:
     """Point `<base>/<link>` at this release with one rename: readers never see it missing."""
     tmp = f"{release.base}/.{link}.{secrets.token_hex(4)}"
-    release.transport.run(["sh", "-c", _SWITCH, "sh", f"releases/{release.run_id}", tmp, f"{release.base}/{link}"])
+    release.transport.run(["sh", "-c", _SWITCH, "sh", f"releases/{release.run_id}", tmp, f"{release.base}/{link}"], retry=True)
 
 
-def unlink(release: Release, link: str = "current") -> None:
-    release.transport.run(["rm", "-f", f"{release.base}/{link}"])
+def unlink(transport: Transport, base: str, link: str = "current") -> None:
+    transport.run(["rm", "-f", f"{base}/{link}"], retry=True)
 
 
 def linked(transport: Transport, root: str, profile: str, link: str = "current") -> str | None:
     """The run id a link points at, or None."""
-    done = transport.run(["readlink", f"{root}/{profile}/{link}"], check=False)
+    done = transport.run(["readlink", f"{root}/{profile}/{link}"], check=False, retry=True)
     target = done.stdout.strip()
     return target.rsplit("/", 1)[-1] if done.rc == 0 and target else None
 
 
-def start(release: Release, *, env: dict[str, str] | None = None) -> int:
-    """Start the release's launch script detached; secrets travel only in `env`, to this process."""
-    return release.transport.start(["sh", "launch.sh"], cwd=release.dir, log=release.path(LOG), pidfile=release.path(PID),
-                                   env={**(env or {}), RELEASE_DIR_VAR: release.dir})
+# Start the launch script detached in its own session (its pid is its process group), then its
+# watchdog: "commit confirmed" on the host. Unless `current` names this release by the deadline, the
+# watchdog stops the server, so a deploy that lost its host for good leaves no untracked server.
+# $1 release dir, $2 profile dir, $3 run id, $4 seconds until the deadline.
+_START = r"""
+dir=$1; base=$2; id=$3; confirm_s=$4
+cd "$dir" || exit 1
+setsid sh launch.sh >>server.log 2>&1 </dev/null &
+pid=$!
+printf '%s\n' "$pid" >server.pid.tmp && mv -f server.pid.tmp server.pid || exit 1
+until=$(( $(date +%s) + confirm_s ))
+printf '%s\n' "$until" >confirm-by
+env -u SPECCTL_RELEASE_DIR setsid sh -c '
+  base=$1; id=$2; pg=$3; until=$4
+  while kill -0 "-$pg" 2>/dev/null; do
+    case $(readlink "$base/current" 2>/dev/null) in */"$id") exit 0;; esac
+    if [ "$(date +%s)" -ge "$until" ]; then
+      echo "specctl: release $id was not made current by its deadline: stopping its server" >>"$base/releases/$id/server.log"
+      kill -TERM "-$pg" 2>/dev/null; i=0
+      while kill -0 "-$pg" 2>/dev/null && [ $i -lt 300 ]; do sleep 0.1; i=$((i+1)); done
+      kill -KILL "-$pg" 2>/dev/null; exit 0
+    fi
+    sleep 1
+  done' sh "$base" "$id" "$pid" "$until" >/dev/null 2>&1 </dev/null &
+printf '%s\n' "$pid"
+"""
+
+
+def start(release: Release, *, confirm_within_s: float, env: dict[str, str] | None = None) -> int:
+    """Start the release's server detached; returns its process group. Secrets travel only in
+    `env`, to this process. Unless `current` names the release within `confirm_within_s`, the
+    host stops the server by itself."""
+    done = release.transport.run(["sh", "-c", _START, "sh", release.dir, release.base, release.run_id, str(int(confirm_within_s))],
+                                 env={**(env or {}), RELEASE_DIR_VAR: release.dir})
+    return int(done.stdout.strip().splitlines()[-1])
 
 
 def port(release: Release) -> int | None:
@@ -144,50 +198,89 @@ def port(release: Release) -> int | None:
         return None
 
 
-def pid(release: Release) -> int | None:
-    raw = release.transport.read(release.path(PID))
-    return int(raw) if raw and raw.strip().isdigit() else None
+STARTUP_FILE = "startup.json"  # how long this release took to answer its first generation
 
 
-# the shell's own kill: /bin/kill needs `--` before a negative pid and dash's builtin refuses `--`
-_SIGNAL_GROUP = 'kill -"$1" "-$2"'
+def record_startup(release: Release, seconds: float) -> None:
+    release.transport.put(release.path(STARTUP_FILE), (json.dumps({"startup_s": round(seconds, 2)}) + "\n").encode())
 
 
-def signal_group(transport: Transport, process_group: int, signal: str) -> bool:
-    """Send a signal to a process group (0: only test that it exists); True if it was there."""
-    return transport.run(["sh", "-c", _SIGNAL_GROUP, "sh", signal, str(process_group)], check=False).rc == 0
+def startup_budget(release: Release, default_s: float) -> float:
+    """What restarting a release may take: its own recorded start-up time with a wide margin, else
+    the default. Restoring an old release must not inherit a new release's (maybe tiny) budget."""
+    raw = release.transport.read(release.path(STARTUP_FILE))
+    try:
+        seconds = float(json.loads(raw)["startup_s"]) if raw else None
+    except (ValueError, KeyError, TypeError):
+        seconds = None
+    return default_s if seconds is None else min(default_s, max(60.0, 3 * seconds + 30))
 
 
-def alive(transport: Transport, process_group: int) -> bool:
-    return signal_group(transport, process_group, "0")
-
-
+# Every server of a profile, one "run-id process-group" line each, found two ways: the pid files of
+# all releases, and the environment every server inherits from its launch (SPECCTL_RELEASE_DIR),
+# which finds a server whose release directory or pid file was deleted. $1 = the profile's directory.
+_FIND = r"""
+find_servers() {
+  for f in "$1"/releases/*/server.pid; do
+    p=$(cat "$f" 2>/dev/null) || continue
+    case $p in ""|*[!0-9]*) continue;; esac
+    kill -0 "-$p" 2>/dev/null || continue
+    d=${f%/server.pid}; echo "${d##*/} $p"
+  done
+  prefix="SPECCTL_RELEASE_DIR=$1/releases/"
+  for e in $(grep -lzF -- "$prefix" /proc/[0-9]*/environ 2>/dev/null); do
+    p=${e#/proc/}; p=${p%/environ}
+    s=$(cat "/proc/$p/stat" 2>/dev/null) || continue
+    s=${s##*) }; g=$(echo "$s" | cut -d' ' -f3)
+    v=$(tr '\0' '\n' <"$e" 2>/dev/null | grep -F -- "$prefix" | head -n 1)
+    id=${v#"$prefix"}; id=${id%%/*}
+    [ -n "$g" ] && [ -n "$id" ] && echo "$id $g"
+  done
+}
+"""
+_SERVERS = _FIND + 'find_servers "$1" | sort -u'
 # Stop servers by process group, waiting on the host (no round trip per poll): TERM, up to $1 tenths
-# of seconds of grace, then KILL. $2 = the profile's directory, $3 = one run id (else every release).
+# of seconds of grace, then KILL. $2 = the profile's directory, $3 = one run id (else every server).
 # Prints the run ids that were running.
-_STOP = r'''
-limit=$1; base=$2; shift 2
-if [ $# -gt 0 ]; then set -- "$base/releases/$1/server.pid"; else set -- "$base"/releases/*/server.pid; fi
-for f in "$@"; do
-  p=$(cat "$f" 2>/dev/null) || continue
-  case $p in ""|*[!0-9]*) continue;; esac
-  kill -0 "-$p" 2>/dev/null || continue
-  kill -TERM "-$p" 2>/dev/null
-  i=0; while kill -0 "-$p" 2>/dev/null && [ $i -lt "$limit" ]; do sleep 0.1; i=$((i+1)); done
-  kill -0 "-$p" 2>/dev/null && kill -KILL "-$p" 2>/dev/null
-  f=${f%/server.pid}; echo "${f##*/}"
+_STOP = _FIND + r"""
+limit=$1; base=$2; only=${3:-}
+find_servers "$base" | sort -u | while read -r id g; do
+  [ -n "$only" ] && [ "$id" != "$only" ] && continue
+  kill -TERM "-$g" 2>/dev/null
+  i=0; while kill -0 "-$g" 2>/dev/null && [ $i -lt "$limit" ]; do sleep 0.1; i=$((i+1)); done
+  kill -0 "-$g" 2>/dev/null && kill -KILL "-$g" 2>/dev/null
+  echo "$id"
 done
 true
-'''
+"""
+
+
+@dataclass(frozen=True)
+class Server:
+    """A running server of a profile on a host: its release and process group."""
+
+    release: str
+    process_group: int
+
+
+def servers(transport: Transport, base: str) -> list[Server]:
+    """Every running server of the profile whose directory is `base`, current or not."""
+    done = transport.run(["sh", "-c", _SERVERS, "sh", base], retry=True)
+    found = []
+    for line in done.stdout.splitlines():
+        run_id, _, group = line.partition(" ")
+        if group.isdigit():
+            found.append(Server(run_id, int(group)))
+    return found
 
 
 def _stop(transport: Transport, base: str, run_id: str | None, timeout_s: float) -> list[str]:
     argv = ["sh", "-c", _STOP, "sh", str(int(timeout_s * 10)), base, *([run_id] if run_id else [])]
-    return transport.run(argv, timeout_s=timeout_s + 60).stdout.split()
+    return sorted(set(transport.run(argv, timeout_s=timeout_s + 60, retry=True).stdout.split()))
 
 
 def stop(release: Release, *, timeout_s: float = 30.0) -> bool:
-    """Stop the server's whole process group (TERM, then KILL); True if something was running."""
+    """Stop the release's server (its whole process group: TERM, then KILL); True if one was running."""
     return bool(_stop(release.transport, release.base, release.run_id, timeout_s))
 
 
@@ -197,7 +290,7 @@ def stop_running(transport: Transport, root: str, profile: str, *, timeout_s: fl
 
 
 def log_tail(release: Release, lines: int = 20) -> list[str]:
-    done = release.transport.run(["tail", "-n", str(lines), release.path(LOG)], check=False)
+    done = release.transport.run(["tail", "-n", str(lines), release.path(LOG)], check=False, retry=True)
     return done.stdout.splitlines() if done.rc == 0 else []
 
 
@@ -207,6 +300,6 @@ _OBSERVE = 'if kill -0 "-$1" 2>/dev/null; then echo alive; else echo gone; fi; t
 
 def observe(release: Release, process_group: int, lines: int = 200) -> tuple[bool, list[str]]:
     """Whether the server's process group is alive, and the last lines of its log."""
-    done = release.transport.run(["sh", "-c", _OBSERVE, "sh", str(process_group), str(lines), release.path(LOG)])
+    done = release.transport.run(["sh", "-c", _OBSERVE, "sh", str(process_group), str(lines), release.path(LOG)], retry=True)
     first, *rest = done.stdout.splitlines() or ["gone"]
     return first == "alive", rest

@@ -60,14 +60,17 @@ def warm_up(client: EngineClient, workload: Workload, *, max_new_tokens: int, te
 def measure(client: EngineClient, workload: Workload, *, requests: int, max_new_tokens: int, temperature: float = 0.0,
             on_request: Callable[[int, Generation], None] = lambda i, g: None,
             enough: Callable[[Measurement], bool] = lambda m: False,
-            cancelled: Callable[[], bool] = lambda: False) -> Measurement:
+            cancelled: Callable[[], bool] | None = None) -> Measurement:
     """Send up to `requests` requests of the workload one after another (cycling through it); stop
-    early when `enough` says the requests so far decide the verdict, or when `cancelled`."""
+    early when `enough` says the requests so far decide the verdict, or when `cancelled` (by default,
+    when the client's cancel token is). A cancel during a request raises Cancelled from the client:
+    a half-finished request is no measurement."""
+    stop = cancelled if cancelled is not None else (lambda: client.cancel.cancelled)
     generations: list[Generation] = []
     start = time.perf_counter()
     prompts: Sequence[tuple[dict[str, str], ...]] = workload.requests
     for i in range(requests):
-        if cancelled():
+        if stop():
             break
         generation = client.chat(prompts[i % len(prompts)], max_new_tokens=max_new_tokens, temperature=temperature)
         generations.append(generation)

@@ -138,6 +138,20 @@ class SshLab:
             host.process.terminate()
             host.process.wait(timeout=10)
 
+    def kill_sshd(self, host: SshHost) -> None:
+        """The host's sshd and every connection it serves, as a crash would: the listener this lab
+        started, then the per-connection sshd processes inside the host's own namespace, by pid."""
+        self.stop_sshd(host)
+        assert host.namespace is not None, "connections can be told apart only inside a host's namespace"
+        pids = subprocess.run(["ip", "netns", "pids", host.namespace], capture_output=True, text=True).stdout.split()
+        for pid in pids:
+            try:
+                exe = os.readlink(f"/proc/{pid}/exe")
+            except OSError:
+                continue
+            if os.path.basename(exe) in ("sshd", "sshd-session", "sshd-auth"):
+                subprocess.run(["kill", "-KILL", pid], capture_output=True)
+
     def known_hosts_line(self, host: SshHost, key_b64: str | None = None) -> str:
         where = host.address if host.port == 22 else f"[{host.address}]:{host.port}"
         return f"{where} ssh-ed25519 {key_b64 or host.host_key_pub}\n"

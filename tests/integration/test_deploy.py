@@ -62,7 +62,9 @@ def test_stale_lock_refuses_then_unlock_shows_owner(cli: Any, lab: SshLab, fleet
     assert result.code == 3
     [h1] = result.json()["hosts"]
     assert not h1["ok"] and "locked by alice@laptop pid 4242" in h1["detail"]
-    unlocked = cli("unlock", fleet["v1"], "--hosts", "h1", *fleet["common"])
+    refused = cli("unlock", fleet["v1"], "--hosts", "h1", *fleet["common"])  # another machine: whether it lives is unknown
+    assert refused.code == 3 and "on another machine" in refused.stderr and "--force" in refused.stderr
+    unlocked = cli("unlock", fleet["v1"], "--hosts", "h1", "--force", *fleet["common"])
     assert unlocked.code == 0 and "alice@laptop" in unlocked.stdout and not (base / "lock").exists()
     cli("stop", fleet["v1"], "--hosts", "h1", *fleet["common"])
 

@@ -154,8 +154,7 @@ def test_sshd_killed_in_the_middle_of_a_deploy(cli: Any, lab: SshLab, env: dict[
     while len(list(releases.iterdir())) < 2:  # the new release directory is being written
         assert time.monotonic() < deadline
         time.sleep(0.02)
-    lab.stop_sshd(lab.hosts["h1"])
-    subprocess.run(["pkill", "-f", f"sshd.*{lab.hosts['h1'].name}"], capture_output=True)
+    lab.kill_sshd(lab.hosts["h1"])
     worker.join(timeout=120)
     [result] = results
     assert result.code == 3

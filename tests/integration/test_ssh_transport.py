@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from pathlib import Path
 
@@ -93,3 +94,46 @@ def test_argv_reaches_the_host_as_plain_data(lab: SshLab, ssh_options: SshOption
     t = transport(lab, "h0", ssh_options)
     done = t.run(["printf", "%s\\0", *words])
     assert done.stdout.split("\0")[:-1] == words
+
+
+def test_binary_files_read_back_exactly(lab: SshLab, ssh_options: SshOptions) -> None:
+    t = transport(lab, "h0", ssh_options)
+    path = f"{lab.hosts['h0'].root}/blob.bin"
+    data = bytes(range(256)) * 4 + b"\xff\xfe\x00invalid utf-8 \xc3\x28"
+    t.put(path, data)
+    assert t.read(path) == data
+
+
+def test_a_dropped_connection_is_connection_lost_and_a_retry_reconnects(lab: SshLab, ssh_options: SshOptions) -> None:
+    from specctl.errors import ConnectionLost
+
+    host = lab.hosts["h2"]
+    t = transport(lab, "h2", ssh_options)
+    assert t.run(["true"]).rc == 0
+    killer = threading.Timer(0.5, lambda: lab.kill_sshd(host))
+    killer.start()
+    try:
+        with pytest.raises(ConnectionLost) as info:  # not "exited -1": nobody knows whether it ran
+            t.run(["sleep", "10"])
+        assert "connection broke" in info.value.message and info.value.exit_code == 3
+        lab.start_sshd(host)
+        assert t.run(["echo", "back"], retry=True).stdout == "back\n"  # a fresh connection
+    finally:
+        killer.join()
+        if not host.alive():
+            lab.start_sshd(host)
+
+
+def test_a_connection_down_for_good_fails_the_retry(lab: SshLab, ssh_options: SshOptions) -> None:
+    from specctl.errors import ConnectionLost
+
+    host = lab.hosts["h2"]
+    t = transport(lab, "h2", ssh_options)
+    assert t.run(["true"]).rc == 0
+    lab.kill_sshd(host)
+    try:
+        with pytest.raises(ConnectionLost) as info:
+            t.run(["true"], retry=True)
+        assert "cannot connect" in info.value.message
+    finally:
+        lab.start_sshd(host)

@@ -8,12 +8,13 @@ import sqlite3
 import subprocess
 import sys
 import textwrap
+import threading
 from pathlib import Path
 
 import pytest
 
 from specctl.cancel import CancelToken, Cancelled
-from specctl.errors import InputError
+from specctl.errors import InputError, LedgerError
 from specctl.ledger.ledger import MIGRATIONS, SCHEMA_VERSION, Ledger
 
 PROFILE = {"metadata": {"name": "p", "version": 3}}
@@ -45,9 +46,10 @@ def test_a_newer_ledger_is_refused(tmp_path: Path) -> None:
     db.execute(f"PRAGMA user_version = {SCHEMA_VERSION + 1}")
     db.commit()
     db.close()
-    with pytest.raises(InputError, match="knows up to") as refused:
-        Ledger(path)
-    assert "upgrade specctl" in (refused.value.fix or "")
+    for readonly in (False, True):
+        with pytest.raises(LedgerError, match="knows up to") as refused:
+            Ledger(path, readonly=readonly)
+        assert "upgrade specctl" in (refused.value.fix or "") and refused.value.path == str(path)
 
 
 def test_recording_closes_runs_by_how_the_block_ends(tmp_path: Path) -> None:
@@ -124,4 +126,31 @@ def test_unknown_or_ambiguous_run_ids(tmp_path: Path) -> None:
         book.get("20261129T1")
     with pytest.raises(InputError, match="no run"):
         book.get("nope")
+    book.close()
+
+
+def test_commands_opening_a_new_ledger_at_once_migrate_it_once(tmp_path: Path) -> None:
+    """Two races of a new file: both read schema 0 and both migrate; both switch it to WAL, a lock
+    SQLite does not wait for. Before the fixes, eight openers hit the first every time, the second
+    about one time in thirty."""
+    path = tmp_path / "l.db"
+    opened: list[Ledger] = []
+    failures: list[BaseException] = []
+
+    def open_it() -> None:
+        try:
+            opened.append(Ledger(path))
+        except BaseException as exc:  # noqa: BLE001 - reported by the assertion below
+            failures.append(exc)
+
+    threads = [threading.Thread(target=open_it) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for book in opened:
+        book.close()
+    assert failures == [] and len(opened) == 8
+    book = Ledger(path)
+    assert book.db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
     book.close()

@@ -14,7 +14,7 @@ from specctl.engines import get_engine
 from specctl.flows import static
 from specctl.plan.inputs import Inputs
 from specctl.plan.plan import OVERLAY_PATH, build_plan
-from specctl.plan.render import render_json, render_sh
+from specctl.plan.render import quote, render_json, render_sh
 from specctl.profile import Profile
 from tests.factory import Scenario, merge
 
@@ -117,10 +117,48 @@ def test_no_profile_string_can_inject_shell(tmp_path: Path, model: str, python: 
     profile = Profile.model_validate(data)
     plan = build_plan(Inputs(profile, "p.yaml", "0" * 64, get_engine("sglang")), None)
     for node_plan in plan.nodes:
-        argv, env = _script_argv(render_sh(plan, node_plan), tmp_path)
+        script = render_sh(plan, node_plan)
+        assert _printable(script)
+        argv, env = _script_argv(script, tmp_path)
         assert argv == list(node_plan.argv)
         assert env["SOME_VAR"] == env_value
     assert plan.nodes[0].argv[plan.nodes[0].argv.index("--dist-init-addr") + 1] == f"{node}:50000"
+
+
+def _printable(script: str) -> bool:
+    """Nothing in the script can act on the terminal that shows it: printable text, newlines and tabs."""
+    return all(char.isprintable() or char in "\n\t" for char in script)
+
+
+# strings dense in what a terminal acts on (C0 and C1 controls, DEL, bidi overrides, line separators),
+# mixed with what quoting must keep: newlines (also trailing ones), tabs, quotes, $ and backslashes
+CONTROL_TEXT = st.text(
+    st.one_of(st.characters(whitelist_categories=("Cc", "Cf", "Zl", "Zp"), blacklist_characters="\x00"),
+              st.sampled_from(["\n", "\t", "'", '"', "$", "\\", "`", " ", "a", "%", "é"])),
+    min_size=1, max_size=20,
+)
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(value=CONTROL_TEXT, env_value=CONTROL_TEXT, model=CONTROL_TEXT)
+def test_control_characters_render_printable_and_run_exactly(tmp_path: Path, value: str, env_value: str, model: str) -> None:
+    data: dict[str, Any] = {
+        "apiVersion": "specctl/v1", "kind": "Profile", "metadata": {"name": "x", "version": 1},
+        "target": {"model": model, "allow_unpinned": True}, "hardware": {"gpu": "h100", "gpus_per_node": 1},
+        "engine": {"name": "sglang", "version": "0.5.23", "env": {"SOME_VAR": env_value}, "args": {"served-model-name": value}},
+    }
+    plan = build_plan(Inputs(Profile.model_validate(data), "p.yaml", "0" * 64, get_engine("sglang")), None)
+    script = render_sh(plan, plan.nodes[0])
+    assert _printable(script), script
+    argv, env = _script_argv(script, tmp_path)
+    assert argv == list(plan.nodes[0].argv) and argv[argv.index("--served-model-name") + 1] == value
+    assert env["SOME_VAR"] == env_value
+
+
+def test_quote_spells_out_controls_and_keeps_newlines_literal() -> None:
+    assert quote("\x1b[31mred\n") == '"$(printf \'\\033\')"\'[31mred\n\''
+    assert quote("a\u202eb") == 'a"$(printf \'\\342\\200\\256\')"b'
+    assert quote("plain") == "plain" and quote("") == "''"
 
 
 def test_the_overlay_path_is_the_only_expansion(tmp_path: Path, hub_env: Path) -> None:

@@ -45,7 +45,7 @@ def test_stop_running_stops_every_group_and_names_them(tmp_path: Path) -> None:
     for run_id in ("a", "b"):
         r = rel.Release(t, str(tmp_path), "p", run_id)
         rel.materialize(r, {"launch.sh": (b"trap '' TERM; sleep 60 & sleep 60\n", 0o755)})
-        runs.append((r, t.start(["sh", "launch.sh"], cwd=r.dir, log=r.path(rel.LOG), pidfile=r.path(rel.PID))))
+        runs.append((r, rel.start(r, confirm_within_s=600)))
     time.sleep(0.3)
     started = time.monotonic()
     assert sorted(rel.stop_running(t, str(tmp_path), "p", timeout_s=0.5)) == ["a", "b"]  # TERM ignored: KILL
@@ -56,3 +56,92 @@ def test_stop_running_stops_every_group_and_names_them(tmp_path: Path) -> None:
             assert time.monotonic() < deadline, f"process group {group} survived the stop"
             time.sleep(0.1)
     assert rel.stop_running(t, str(tmp_path), "p") == []
+
+
+def test_env_file_is_safe_to_source(tmp_path: Path) -> None:
+    marker = tmp_path / "pwned"
+    env = {"PLAIN": "x", "NASTY": f"$(touch {marker}) `touch {marker}` 'q' \"d\" \\ $HOME", "LINES": "a\nb"}
+    (tmp_path / "env").write_bytes(rel.env_file(env))
+    out = subprocess.run(["sh", "-c", '. ./env && printf "%s\\0%s\\0%s" "$PLAIN" "$NASTY" "$LINES"'], cwd=tmp_path,
+                         capture_output=True, check=True).stdout.split(b"\0")
+    assert [v.decode() for v in out] == [env["PLAIN"], env["NASTY"], env["LINES"]]
+    assert not marker.exists()
+
+
+def test_a_failed_unpack_leaves_no_part_and_sweep_removes_old_ones(tmp_path: Path) -> None:
+    t = local_transport()
+    r = rel.Release(t, str(tmp_path), "p", "run1")
+    with pytest.raises(HostError):
+        t.run(["sh", "-c", rel._UNPACK, "sh", r.dir], stdin=b"not a tar archive")
+    releases = tmp_path / "p" / "releases"
+    assert list(releases.iterdir()) == []
+    (releases / "run0.part.123").mkdir()  # what a killed transfer of an earlier run left
+    rel.sweep(t, str(tmp_path / "p"))
+    assert list(releases.iterdir()) == []
+
+
+def test_missing_files_names_what_a_restart_needs(tmp_path: Path) -> None:
+    t = local_transport()
+    r = rel.Release(t, str(tmp_path), "p", "run1")
+    assert rel.missing_files(r) == ["the release directory"]
+    rel.materialize(r, {name: (b"{}", 0o644) for name in rel.WHOLE})
+    assert rel.missing_files(r) == []
+    (Path(r.dir) / "launch.sh").unlink()
+    assert rel.missing_files(r) == ["launch.sh"]
+
+
+def _wait_gone(group: int, within_s: float = 10) -> None:
+    deadline = time.monotonic() + within_s
+    while subprocess.run(["sh", "-c", 'kill -0 "-$1"', "sh", str(group)], capture_output=True).returncode == 0:
+        assert time.monotonic() < deadline, f"process group {group} still runs"
+        time.sleep(0.1)
+
+
+def test_servers_are_found_without_pid_file_or_release_directory(tmp_path: Path) -> None:
+    t = local_transport()
+    a, b = rel.Release(t, str(tmp_path), "p", "a"), rel.Release(t, str(tmp_path), "p", "b")
+    other = rel.Release(t, str(tmp_path), "p-other", "c")  # another profile whose name starts the same
+    groups = {}
+    for r in (a, b, other):
+        rel.materialize(r, {"launch.sh": (b"exec sleep 60\n", 0o755)})
+        groups[r.run_id] = rel.start(r, confirm_within_s=600)
+        rel.switch(r)
+    try:
+        assert sorted(s.release for s in rel.servers(t, a.base)) == ["a", "b"]
+        (Path(a.dir) / rel.PID).unlink()
+        subprocess.run(["rm", "-rf", b.dir], check=True)  # its release directory is gone: the environment still names it
+        assert sorted((s.release, s.process_group) for s in rel.servers(t, a.base)) == [("a", groups["a"]), ("b", groups["b"])]
+        assert rel.stop_running(t, str(tmp_path), "p") == ["a", "b"]
+        _wait_gone(groups["a"])
+        _wait_gone(groups["b"])
+        assert [s.release for s in rel.servers(t, other.base)] == ["c"]
+    finally:
+        rel.stop_running(t, str(tmp_path), "p-other")
+
+
+def test_a_server_never_made_current_stops_itself_at_its_deadline(tmp_path: Path) -> None:
+    t = local_transport()
+    kept, dropped = rel.Release(t, str(tmp_path), "p", "kept"), rel.Release(t, str(tmp_path), "p", "dropped")
+    for r in (kept, dropped):
+        rel.materialize(r, {"launch.sh": (b"exec sleep 60\n", 0o755)})
+    group_kept = rel.start(kept, confirm_within_s=2)
+    group_dropped = rel.start(dropped, confirm_within_s=2)
+    rel.switch(kept)
+    try:
+        _wait_gone(group_dropped, within_s=15)
+        assert "was not made current by its deadline" in (Path(dropped.dir) / rel.LOG).read_text()
+        time.sleep(1.5)
+        assert [s.release for s in rel.servers(t, kept.base)] == ["kept"]  # confirmed: it keeps running
+        assert group_kept
+    finally:
+        rel.stop_running(t, str(tmp_path), "p")
+
+
+def test_restore_budget_comes_from_the_release_itself(tmp_path: Path) -> None:
+    r = rel.Release(local_transport(), str(tmp_path), "p", "r")
+    rel.materialize(r, {"launch.sh": (b"true\n", 0o755)})
+    assert rel.startup_budget(r, 2400) == 2400  # nothing recorded: the default
+    rel.record_startup(r, 2.0)
+    assert rel.startup_budget(r, 2400) == 60  # a fast server still gets a minute
+    rel.record_startup(r, 600.0)
+    assert rel.startup_budget(r, 2400) == 1830  # three times its own, plus half a minute

@@ -1,0 +1,182 @@
+"""Bringing a release up on a host in place of what runs there: the stages that deploy, rollback
+and baseline share, each with its undo.
+
+    preflight -> materialise -> stop previous -> start -> ready -> switch
+
+Nothing running is stopped before everything that can be done beside it is done (connection,
+facts, a port held by a stranger, a whole release on disk). Whatever fails later, the undos put
+the previous release back: `current` names a release whose server runs, or nothing of the profile
+runs. A server whose deploy lost its host for good stops itself on the host (see `release.start`).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from specctl.constants import STARTUP_BUDGET_S
+from specctl.engines import get_engine
+from specctl.errors import HostError
+from specctl.facts import host as host_facts
+from specctl.flows.session import HostSession
+from specctl.flows.stages import Stage, Undo
+from specctl.release import release as rel
+from specctl.release.readiness import wait_ready
+
+CONFIRM_MARGIN_S = 30.0  # past its start-up budget, how long a started release may wait to be made current
+
+
+@dataclass
+class Change:
+    """One host's move from what runs to `release`: what the stages learn and hand on."""
+
+    session: HostSession
+    release: rel.Release
+    port: int
+    python: str
+    distribution: str
+    startup_stages: Sequence[tuple[str, str]]
+    budget_s: float
+    files: dict[str, tuple[bytes, int] | str] | None = None  # to write (deploy, baseline); None: the release exists
+    clear: tuple[str, ...] = ()  # profiles whose servers stop first (default: the session's)
+    link: bool = True  # point `current` at the release once ready
+    ready_gate: NodeGate | None = None  # multi-node: rank 0 opens it, the other ranks wait on it
+    node_rank: int = 0
+    previous: str | None = None
+    facts: host_facts.HostFacts | None = None
+    stopped: list[str] = field(default_factory=list)
+    process_group: int | None = None
+    startup_s: float | None = None
+
+    def stages(self) -> list[Stage]:
+        return [Stage("preflight", lambda: preflight(self)), Stage("materialise", lambda: materialise(self)),
+                Stage("stop-previous", lambda: stop_previous(self)), Stage("start", lambda: start(self)),
+                Stage("ready", lambda: ready(self)), Stage("switch", lambda: switch(self))]
+
+
+class NodeGate:
+    """Multi-node: the ranks other than 0 are ready when rank 0 answers a generation, or failed with it."""
+
+    def __init__(self) -> None:
+        self._event = threading.Event()
+        self.ok = False
+
+    def open(self, ok: bool) -> None:
+        if not self._event.is_set():
+            self.ok = ok
+            self._event.set()
+
+    def wait(self, timeout_s: float) -> bool:
+        return self._event.wait(timeout_s) and self.ok
+
+
+def preflight(c: Change) -> None:
+    """Everything that can be learnt without touching what runs."""
+    s = c.session
+    t = s.transport
+    s.progress("preflight")
+    rel.sweep(t, s.base)
+    c.previous = s.current()
+    if c.files is None:
+        missing = rel.missing_files(c.release)
+        if missing:
+            raise HostError(f"{s.name}: release {c.release.run_id} is not whole: it lacks {', '.join(missing)}", host=s.name,
+                            fix="nothing was stopped; choose another release (specctl runs) or deploy the profile again")
+    ours = rel.servers(t, s.base)
+    c.facts = host_facts.gather(t, python=c.python, root=s.root, port=c.port, distribution=c.distribution)
+    if c.facts.port_free is False and not ours:
+        raise HostError(f"{s.name}: port {c.port} is in use by something other than {s.profile}", host=s.name,
+                        fix="nothing was stopped; free the port, or set engine.port to another one")
+
+
+def materialise(c: Change) -> None:
+    """Write the release directory whole (a failed write leaves no part of it)."""
+    if c.files is None:
+        return
+    c.session.progress("writing release")
+    assert c.facts is not None
+    rel.materialize(c.release, {**c.files, "host-facts.json": (host_facts.to_json(c.facts).encode(), 0o644)})
+
+
+def stop_previous(c: Change) -> Undo | None:
+    """Stop every server of the profile; the undo starts `current` again if it was running."""
+    s = c.session
+    s.progress("stopping the running server")
+    for profile in c.clear or (s.profile,):
+        stopped = rel.stop_running(s.transport, s.root, profile)
+        if profile == s.profile:
+            c.stopped = stopped
+    previous = c.previous
+    if previous is None or previous not in c.stopped:
+        return None
+    return lambda: restore(s, previous)
+
+
+def restore(s: HostSession, run_id: str) -> None:
+    """Start a release that `current` names again and wait for it within its own budget (a signal
+    asks to be quick: then it is started, not waited for)."""
+    release = s.release(run_id)
+    s.progress(f"restoring {run_id}")
+    budget = rel.startup_budget(release, STARTUP_BUDGET_S)
+    group = rel.start(release, confirm_within_s=budget + CONFIRM_MARGIN_S, env=s.ctx.secrets_env)
+    if s.ctx.cancel.cancelled:
+        return
+    docs = s.docs(run_id)
+    wait_ready(release, docs.port, get_engine(docs.profile.engine.name).startup_stages(), process_group=group,
+               budget_s=budget, on_progress=s.progress)
+
+
+def start(c: Change) -> Undo:
+    """Start the new server (detached, its own process group); the undo stops it."""
+    s = c.session
+    if c.facts is not None and c.facts.port_free is False:  # ours held it: it must be free now
+        again = host_facts.gather(s.transport, python=c.python, root=s.root, port=c.port, distribution=c.distribution)
+        if again.port_free is False:
+            raise HostError(f"{s.name}: port {c.port} is in use by something other than {s.profile}", host=s.name,
+                            fix="free the port, or set engine.port to another one")
+    s.progress("starting")
+    c.process_group = rel.start(c.release, confirm_within_s=c.budget_s + CONFIRM_MARGIN_S, env=s.ctx.secrets_env)
+    release = c.release
+    return lambda: _stop(s, release)
+
+
+def _stop(s: HostSession, release: rel.Release) -> None:
+    s.progress(f"stopping {release.run_id}")
+    rel.stop(release)
+
+
+def ready(c: Change) -> None:
+    """Wait for a real generation (or, on a multi-node rank other than 0, for rank 0's)."""
+    s = c.session
+    assert c.process_group is not None
+    gate = c.ready_gate
+    if gate is not None and c.node_rank > 0:  # like sglang's other ranks, it serves no HTTP
+        s.progress("waiting for node rank 0")
+        if not gate.wait(c.budget_s + CONFIRM_MARGIN_S):
+            raise HostError(f"{s.name}: node rank 0 did not become ready", host=s.name, fix="see node rank 0's error")
+        return
+    try:
+        c.startup_s = wait_ready(c.release, c.port, c.startup_stages, process_group=c.process_group, budget_s=c.budget_s,
+                                 on_progress=s.progress, cancel=s.ctx.cancel)
+    except BaseException:
+        if gate is not None:
+            gate.open(False)
+        raise
+    if gate is not None:
+        gate.open(True)
+
+
+def switch(c: Change) -> Undo | None:
+    """Point `current` at the release; the undo points it back (or removes it, when nothing was there)."""
+    s = c.session
+    if c.startup_s is not None:
+        rel.record_startup(c.release, c.startup_s)
+    if not c.link:
+        return None
+    release = c.release
+    before = c.previous if release.profile == s.profile else rel.linked(s.transport, s.root, release.profile)
+    rel.switch(release)
+    if before is not None:
+        return lambda: rel.switch(s.release(before, release.profile))
+    return lambda: rel.unlink(s.transport, release.base)

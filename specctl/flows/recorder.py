@@ -1,0 +1,78 @@
+"""The one sink through which a flow writes the ledger: a run opened and closed, its stage
+boundaries, what it did on each host, and the copy of the run each release directory keeps."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+from specctl.errors import HostError
+from specctl.flows.session import Context, HostSession, error_text
+from specctl.flows.stages import Events
+from specctl.ledger.ledger import Outcome
+from specctl.release import release as rel
+
+
+class Recorder:
+    """One open run."""
+
+    def __init__(self, ctx: Context, run_id: str, kind: str, outcome: Outcome, fields: dict[str, Any]) -> None:
+        self.ctx = ctx
+        self.run_id = run_id
+        self.kind = kind
+        self.outcome = outcome
+        self._fields = fields
+
+    def events(self, host: str) -> Events:
+        """The stage-boundary sink of one host: each boundary is a ledger row, and a line of progress."""
+        def emit(stage: str, event: str, detail: str | None) -> None:
+            if event in ("failed", "undone", "undo-failed"):
+                self.ctx.on_progress(host, f"{stage} {event}" + (f": {detail}" if detail else ""))
+            self.ctx.ledger.record_event(self.run_id, host, stage, event, detail)
+        return emit
+
+    def host(self, host: str, **record: Any) -> None:
+        """What the run did on one host (release, facts, commands, measurements, verdict, passed)."""
+        self.ctx.ledger.record_host(self.run_id, host, **record)
+
+    def snapshot(self) -> dict[str, Any]:
+        """The run as the ledger has it, or as this process knows it when the ledger cannot answer."""
+        try:
+            return self.ctx.ledger.get(self.run_id).to_dict()
+        except Exception:  # noqa: BLE001 - the host copy must not depend on a healthy ledger
+            return {"id": self.run_id, "kind": self.kind, "command": self.ctx.command, "status": self.outcome.status,
+                    "verdict": self.outcome.verdict, "note": "written from memory: the ledger could not be read",
+                    **{k: v for k, v in self._fields.items() if k in ("hosts", "reason", "parent")}}
+
+    def keep(self, session: HostSession, release_id: str | None) -> None:
+        """The release directory's own copy of this run (and its newest verdict), so the history can
+        be rebuilt from the hosts."""
+        if not release_id:
+            return
+        release = session.release(release_id)
+        t = release.transport
+        try:
+            t.run(["mkdir", "-p", release.path(rel.RUNS_DIR)], retry=True)
+            t.put(release.path(f"{rel.RUNS_DIR}/{self.run_id}.json"),
+                  (json.dumps(self.snapshot(), indent=2, sort_keys=True, default=str) + "\n").encode())
+        except HostError as exc:  # the ledger has the run; the host's copy is the spare
+            session.progress(f"could not keep a copy of run {self.run_id}: {error_text(exc)}")
+
+
+def keep_verdict(release: rel.Release, passed: bool, run_id: str) -> None:
+    from specctl.ledger.ledger import now
+
+    release.transport.put(release.path(rel.VERDICT_FILE),
+                          (json.dumps({"passed": passed, "run": run_id, "at": now()}, sort_keys=True) + "\n").encode())
+
+
+@contextmanager
+def recording(ctx: Context, kind: str, *, hosts: Sequence[str], **fields: Any) -> Iterator[Recorder]:
+    """Open a run for the block; it closes as the block ends (killed by a signal, failed by an
+    exception, else with the status and verdict the block set on `outcome`)."""
+    run_id = rel.new_run_id()
+    all_fields = {"command": ctx.command, "hosts": list(hosts), "reason": ctx.reason, **fields}
+    with ctx.ledger.recording(run_id, kind, **all_fields) as outcome:
+        yield Recorder(ctx, run_id, kind, outcome, all_fields)

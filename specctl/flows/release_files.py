@@ -1,0 +1,57 @@
+"""What a new release directory holds: the launch script and environment of its node, the resolved
+inputs (profile, plan, manifest, checkpoint facts, pinned workload, one-line summary) and the
+drafter overlay's links to the drafter's own files."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from specctl.errors import HostError
+from specctl.flows.static import CheckReport
+from specctl.plan.plan import NodePlan, Plan
+from specctl.release import release as rel
+from specctl.release.documents import PLAN_FILE, PROFILE_FILE
+from specctl.verdict.workload import Workload, load_workload
+
+
+def overlay_sources(report: CheckReport, p: Plan) -> dict[str, str]:
+    """Where the overlay's links point on the host: the drafter's own files."""
+    drafter = report.inputs.profile.drafter
+    if p.overlay is None or drafter is None:
+        return {}
+    if drafter.model.startswith("/"):
+        return {name: f"{drafter.model}/{name}" for name in p.overlay.links}
+    raise HostError(f"overlays of Hugging Face repo drafters ({drafter.model}) are not supported yet", host="-",
+                    fix="download the drafter and point drafter.model at its directory")
+
+
+def profile_workload(report: CheckReport) -> Workload:
+    """The profile's pinned workload, read where the file that names it says."""
+    inputs = report.inputs
+    return load_workload(inputs.profile.verify.workload, Path(inputs.workload_dir or Path(inputs.profile_path).parent))
+
+
+def release_documents(report: CheckReport, p: Plan) -> dict[str, Any]:
+    """What a release keeps of its inputs: resolved profile, plan, manifest, checkpoint facts, the
+    pinned workload (so a rollback verifies on the very same prompts) and a one-line summary."""
+    inputs = report.inputs
+    profile = inputs.profile
+    workload = profile_workload(report)
+    return {
+        PROFILE_FILE: profile.model_dump(mode="json", by_alias=True),
+        PLAN_FILE: p.to_dict(),
+        "manifest.json": inputs.manifest.model_dump(mode="json", by_alias=True) if inputs.manifest else None,
+        "facts.json": {"target": inputs.target.summary() if inputs.target else None,
+                       "drafter": inputs.drafter.summary() if inputs.drafter else None},
+        rel.WORKLOAD_FILE: workload.raw.decode(),
+        rel.SUMMARY_FILE: json.dumps({"profile": profile.metadata.name, "version": profile.metadata.version,
+                                      "sha256": inputs.profile_sha256, "baseline": p.baseline, "workload": workload.name,
+                                      "workload_sha256": workload.sha256}, sort_keys=True) + "\n",
+    }
+
+
+def release_contents(report: CheckReport, p: Plan, node: NodePlan) -> dict[str, tuple[bytes, int] | str]:
+    """Every file of one node's release directory."""
+    return rel.release_files(p, node, release_documents(report, p), overlay_sources(report, p))

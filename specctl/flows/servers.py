@@ -1,0 +1,106 @@
+"""`status` and `stop`: what of a profile runs on each host, found by every release's pid file and
+by the environment every server inherits (so a server whose release or pid file is gone is still
+found), and stopping all of it under the profile's lock."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from specctl.hosts.group import run_group
+from specctl.hosts.inventory import HostSpec
+from specctl.hosts.transport import Transport
+from specctl.release import lock
+from specctl.release import release as rel
+from specctl.verdict.client import EngineClient
+
+
+@dataclass(frozen=True)
+class Reach:
+    """How to reach hosts (the SSH options of the command)."""
+
+    ssh_config: str | None = None
+    accept_new_host_key: bool = False
+
+    def open(self, host: HostSpec) -> tuple[Transport, str]:
+        t = host.transport(ssh_config=self.ssh_config, accept_new_host_key=self.accept_new_host_key)
+        return t, rel.host_root(t, host.root)
+
+
+@dataclass
+class HostStatus:
+    """One host as `status` sees it."""
+
+    host: str
+    current: str | None = None
+    running: bool = False  # current's server runs
+    healthy: bool = False  # and answers a generation
+    servers: list[dict[str, Any]] = field(default_factory=list)  # every server of the profile, current or not
+    locked_by: str | None = None
+    error: str | None = None
+
+    @property
+    def summary(self) -> str:
+        if self.error:
+            return f"unreachable: {self.error}"
+        others = [s for s in self.servers if not s["current"]]
+        text = ("healthy" if self.healthy else "running, not answering" if self.running
+                else "not running" if self.current else "nothing deployed")
+        if others:
+            text += "; ALSO RUNNING, not current: " + ", ".join(
+                s["release"] + (f" (stops itself at {s['confirm_by']})" if s.get("confirm_by") else "") for s in others)
+        return text
+
+
+def status(reach: Reach, profile: str, port: int, hosts: Sequence[HostSpec]) -> list[HostStatus]:
+    def one(host: HostSpec) -> HostStatus:
+        t, root = reach.open(host)
+        base = f"{root}/{profile}"
+        found = HostStatus(host.name, rel.linked(t, root, profile))
+        for server in rel.servers(t, base):
+            deadline = _confirm_by(t, rel.Release(t, root, profile, server.release))
+            found.servers.append({"release": server.release, "process_group": server.process_group,
+                                  "current": server.release == found.current,
+                                  "confirm_by": None if server.release == found.current else deadline})
+        found.running = any(s["current"] for s in found.servers)
+        if found.running and found.current:
+            serving = rel.port(rel.Release(t, root, profile, found.current)) or port
+            found.healthy = EngineClient(f"http://{t.address}:{serving}", timeout_s=10).healthy(timeout_s=10)
+        held = lock.read(t, base)
+        found.locked_by = lock.describe(held) if held else None
+        return found
+
+    group = run_group(hosts, one)
+    return [group.results[h.name] if h.name in group.results else HostStatus(h.name, error=_text(group.errors[h.name]))
+            for h in hosts]
+
+
+def _confirm_by(t: Transport, release: rel.Release) -> str | None:
+    raw = t.read(release.path("confirm-by"))
+    if not raw or not raw.strip().isdigit():
+        return None
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(int(raw.strip())))
+
+
+def stop(reach: Reach, profile: str, hosts: Sequence[HostSpec], *, command: str) -> dict[str, list[str] | str]:
+    """Stop every server of the profile on each host, under its lock; per host the releases stopped
+    (or the error)."""
+    owner = lock.owner(rel.new_run_id(), command)
+
+    def one(host: HostSpec) -> list[str]:
+        t, root = reach.open(host)
+        base = f"{root}/{profile}"
+        lock.acquire(t, base, owner)
+        try:
+            return rel.stop_running(t, root, profile)
+        finally:
+            lock.release(t, base)
+
+    group = run_group(hosts, one)
+    return {h.name: group.results[h.name] if h.name in group.results else _text(group.errors[h.name]) for h in hosts}
+
+
+def _text(exc: BaseException) -> str:
+    return str(getattr(exc, "message", None) or exc)

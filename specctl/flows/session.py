@@ -1,0 +1,121 @@
+"""What a command that acts on hosts carries: the context (ledger, SSH options, secrets, signals,
+progress) and one session per host (its connection, state directory, lock and the release
+documents it has read), so a stage's signature is `(session)` and not eleven parameters."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+from specctl.cancel import NEVER, CancelToken
+from specctl.constants import STARTUP_BUDGET_S
+from specctl.errors import HostError
+from specctl.hosts.inventory import HostSpec
+from specctl.hosts.transport import Transport
+from specctl.ledger.ledger import Ledger
+from specctl.release import lock
+from specctl.release import release as rel
+from specctl.release.documents import ReleaseDocs, read_release
+
+
+@dataclass
+class Context:
+    """What every command that acts on hosts needs: where to record, how to reach hosts, what to say."""
+
+    ledger: Ledger
+    command: str
+    reason: str | None = None
+    ssh_config: str | None = None
+    accept_new_host_key: bool = False
+    secrets_env: dict[str, str] = field(default_factory=dict)
+    budget_s: float = STARTUP_BUDGET_S
+    cancel: CancelToken = NEVER
+    on_progress: Callable[[str, str], None] = lambda host, stage: None
+
+    _sessions: dict[tuple[str, str], HostSession] = field(default_factory=dict)
+    _guard: threading.Lock = field(default_factory=threading.Lock)
+
+    def session(self, host: HostSpec, profile: str) -> HostSession:
+        """One session per host and profile for the whole command (one connection per host)."""
+        with self._guard:
+            key = (host.name, profile)
+            if key not in self._sessions:
+                same_host = next((s for (h, _), s in self._sessions.items() if h == host.name), None)
+                self._sessions[key] = HostSession(self, host, profile, _transport=same_host._transport if same_host else None)
+            return self._sessions[key]
+
+
+@dataclass
+class HostSession:
+    """One host as one profile's flows see it; used by one thread at a time."""
+
+    ctx: Context
+    spec: HostSpec
+    profile: str
+    _transport: Transport | None = None
+    _root: str | None = None
+    _lock_depth: int = 0
+    _docs: dict[str, ReleaseDocs] = field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    @property
+    def transport(self) -> Transport:
+        if self._transport is None:
+            self._transport = self.spec.transport(ssh_config=self.ctx.ssh_config, accept_new_host_key=self.ctx.accept_new_host_key)
+        return self._transport
+
+    @property
+    def root(self) -> str:
+        if self._root is None:
+            self._root = rel.host_root(self.transport, self.spec.root)
+        return self._root
+
+    @property
+    def base(self) -> str:
+        return f"{self.root}/{self.profile}"
+
+    def release(self, run_id: str, profile: str | None = None) -> rel.Release:
+        return rel.Release(self.transport, self.root, profile or self.profile, run_id)
+
+    def current(self) -> str | None:
+        return rel.linked(self.transport, self.root, self.profile)
+
+    def docs(self, run_id: str) -> ReleaseDocs:
+        """A release's documents, read once per command."""
+        if run_id not in self._docs:
+            self._docs[run_id] = read_release(self.release(run_id))
+        return self._docs[run_id]
+
+    def forget(self, run_id: str) -> None:
+        self._docs.pop(run_id, None)
+
+    def progress(self, stage: str) -> None:
+        self.ctx.on_progress(self.name, stage)
+
+    @contextmanager
+    def locked(self, run_id: str) -> Iterator[None]:
+        """Hold the profile's host lock for the block; nested flows (a rollback inside a deploy,
+        a baseline inside a verify) share the hold of the outermost one."""
+        if self._lock_depth == 0:
+            lock.acquire(self.transport, self.base, lock.owner(run_id, self.ctx.command))
+        self._lock_depth += 1
+        try:
+            yield
+        finally:
+            self._lock_depth -= 1
+            if self._lock_depth == 0:
+                try:
+                    lock.release(self.transport, self.base)
+                except HostError as exc:  # the host is gone: its lock stays, and `unlock` will see our process gone
+                    self.progress(f"could not release the lock: {error_text(exc)}")
+
+
+def error_text(exc: BaseException) -> str:
+    """An exception as one line for people and the ledger."""
+    return str(getattr(exc, "message", None) or exc or type(exc).__name__)
+

@@ -1,0 +1,268 @@
+"""No fault leaves a host broken (the invariant every stage keeps): whatever fails, each host ends
+with `current` naming a release whose server runs, or with no server of the profile running and
+`status` saying so; never a server nobody tracks. Real sshd hosts, the reference engine."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from specctl.flows.demo import write_inputs
+from tests.integration.sshd import SshLab
+
+PORT = 31700
+NAME = "tiny-llama-demo"
+
+# an HTTP server that says 200 to everything with a body that is not JSON: "healthy", and useless
+FAKE_ENGINE = '''#!{python}
+import sys
+from http.server import BaseHTTPRequestHandler, HTTPServer
+port = int(sys.argv[sys.argv.index("--port") + 1])
+class H(BaseHTTPRequestHandler):
+    def _answer(self):
+        body = b"OK, not json"
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+    do_GET = do_POST = _answer
+    def log_message(self, *args):
+        pass
+print("fake engine: fired up and ready to roll", flush=True)
+HTTPServer(("0.0.0.0", port), H).serve_forever()
+'''
+
+
+@pytest.fixture
+def env(lab: SshLab, tmp_path: Path) -> Iterator[dict[str, Any]]:
+    if not lab.use_namespaces:
+        pytest.skip("several hosts on one loopback address would share the profile's port")
+    v1, _ = write_inputs(tmp_path, PORT)
+    data = yaml.safe_load(v1.read_text())
+    data["engine"]["host"] = "0.0.0.0"
+    data["hosts"] = ["all"]
+    v1.write_text(yaml.safe_dump(data, sort_keys=False))
+    inventory = lab.inventory(tmp_path / "hosts.yaml", sys.executable)
+    slow = tmp_path / "slow-python"
+    slow.write_text(f"#!/bin/sh\nsleep 6\nexec {sys.executable} \"$@\"\n")
+    slow.chmod(0o755)
+    fake = tmp_path / "fake-engine"
+    fake.write_text(FAKE_ENGINE.format(python=sys.executable))
+    fake.chmod(0o755)
+    yield {"v1": str(v1), "common": ["--inventory", str(inventory), "--ssh-config", str(lab.ssh_config)], "tmp": tmp_path,
+           "ledger": str(tmp_path / "ledger.db"), "slow": str(slow), "fake": str(fake)}
+    for host in lab.hosts.values():
+        if not host.alive():
+            lab.start_sshd(host)
+        for pidfile in host.root.rglob("server.pid"):
+            subprocess.run(["kill", "-KILL", "--", f"-{pidfile.read_text().strip()}"], capture_output=True)
+
+
+def variant(env: dict[str, Any], version: int, **engine: Any) -> str:
+    """v1 with another version number and engine fields."""
+    path = Path(env["tmp"]) / "profiles" / f"v{version}.yaml"
+    body: dict[str, Any] = {"apiVersion": "specctl/v1", "kind": "Profile", "extends": "tiny-llama-v1.yaml",
+                            "metadata": {"name": NAME, "version": version}}
+    if engine:
+        body["engine"] = engine
+    path.write_text(yaml.safe_dump(body))
+    return str(path)
+
+
+def current(lab: SshLab, host: str) -> str | None:
+    link = lab.hosts[host].root / NAME / "current"
+    return os.readlink(link).rsplit("/", 1)[-1] if link.is_symlink() else None
+
+
+def in_background(fn: Callable[[], Any]) -> tuple[threading.Thread, list[Any]]:
+    out: list[Any] = []
+    worker = threading.Thread(target=lambda: out.append(fn()))
+    worker.start()
+    return worker, out
+
+
+def wait_for(condition: Callable[[], bool], within_s: float, what: str) -> None:
+    deadline = time.monotonic() + within_s
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
+
+
+def new_release_started(lab: SshLab, host: str, before: set[str]) -> Callable[[], bool]:
+    releases = lab.hosts[host].root / NAME / "releases"
+    return lambda: any((p / "server.pid").exists() for p in releases.iterdir() if p.name not in before)
+
+
+def release_ids(lab: SshLab, host: str) -> set[str]:
+    releases = lab.hosts[host].root / NAME / "releases"
+    return {p.name for p in releases.iterdir()} if releases.exists() else set()
+
+
+def status_of(cli: Any, env: dict[str, Any], host: str) -> dict[str, Any]:
+    result = cli("--json", "status", env["v1"], "--hosts", host, *env["common"])
+    assert result.code == 0, result.stdout + result.stderr
+    row: dict[str, Any] = result.json()["hosts"][0]
+    return row
+
+
+def assert_invariant(cli: Any, env: dict[str, Any], lab: SshLab, host: str) -> dict[str, Any]:
+    """`current` names a running server and nothing else of the profile runs, or nothing runs."""
+    row = status_of(cli, env, host)
+    others = [s for s in row["servers"] if not s["current"]]
+    assert not others, f"untracked servers on {host}: {others}"
+    assert row["current"] == current(lab, host)
+    return row
+
+
+def test_connection_lost_during_readiness_and_back(cli: Any, lab: SshLab, env: dict[str, Any]) -> None:
+    common = [*env["common"], "--hosts", "h0", "--ledger", env["ledger"]]
+    assert cli("deploy", env["v1"], "--no-verify", *common).code == 0
+    before = release_ids(lab, "h0")
+    worker, out = in_background(lambda: cli("--json", "deploy", variant(env, 2, python=env["slow"]), "--no-verify", *common))
+    wait_for(new_release_started(lab, "h0", before), 30, "the new server to start")
+    lab.kill_sshd(lab.hosts["h0"])  # while the deploy polls readiness
+    time.sleep(2)
+    lab.start_sshd(lab.hosts["h0"])
+    worker.join(timeout=120)
+    [result] = out
+    assert result.code == 0, result.stdout + result.stderr
+    [row] = result.json()["hosts"]
+    assert row["ok"] and current(lab, "h0") == row["release"] and row["release"] not in before
+    state = assert_invariant(cli, env, lab, "h0")
+    assert state["running"] and state["healthy"]
+
+
+def test_connection_lost_for_good_leaves_no_untracked_server(cli: Any, lab: SshLab, env: dict[str, Any]) -> None:
+    common = [*env["common"], "--hosts", "h1", "--ledger", env["ledger"]]
+    assert cli("deploy", env["v1"], "--no-verify", *common).code == 0
+    previous = current(lab, "h1")
+    before = release_ids(lab, "h1")
+    worker, out = in_background(lambda: cli("--json", "deploy", variant(env, 2, python=env["slow"]), "--no-verify",
+                                            "--startup-timeout", "8", *common))
+    wait_for(new_release_started(lab, "h1", before), 30, "the new server to start")
+    lab.kill_sshd(lab.hosts["h1"])  # and it stays down until the deploy gave up
+    worker.join(timeout=180)
+    [result] = out
+    assert result.code == 3, result.stdout + result.stderr
+    [row] = result.json()["hosts"]
+    assert not row["ok"] and "undoing" in row["detail"] and "cannot connect" in row["detail"]
+    lab.start_sshd(lab.hosts["h1"])
+    [new] = release_ids(lab, "h1") - before
+    state = status_of(cli, env, "h1")
+    assert state["current"] == previous and not state["running"]  # the previous server was stopped, the switch never came
+    stray = [s for s in state["servers"] if not s["current"]]
+    if stray:  # the new server still runs, tracked: status names it and when it stops itself
+        assert [s["release"] for s in stray] == [new] and stray[0]["confirm_by"]
+        wait_for(lambda: not status_of(cli, env, "h1")["servers"], 60, "the unconfirmed server to stop itself")
+        assert "was not made current by its deadline" in (lab.hosts["h1"].root / NAME / "releases" / new / "server.log").read_text()
+    state = assert_invariant(cli, env, lab, "h1")
+    assert not state["running"] and "not running" in state["state"]
+    # the lock could not be released on a host that was gone; its holder here is this very test process
+    refused = cli("--json", "deploy", env["v1"], "--no-verify", *common)
+    assert refused.code == 3 and "is locked by" in refused.json()["hosts"][0]["detail"]
+    assert cli("unlock", env["v1"], "--force", *common).code == 0
+    again = cli("--json", "deploy", env["v1"], "--no-verify", *common)
+    assert again.code == 0, again.stdout + again.stderr
+
+
+def test_a_health_answer_that_is_not_json_is_a_failed_verify_and_rolled_back(cli: Any, lab: SshLab, env: dict[str, Any]) -> None:
+    common = [*env["common"], "--hosts", "h2", "--ledger", env["ledger"]]
+    good = cli("--json", "deploy", env["v1"], *common)
+    assert good.code == 0, good.stdout + good.stderr
+    known_good = current(lab, "h2")
+    result = cli("--json", "deploy", variant(env, 3, python=env["fake"]), *common)
+    assert result.code == 4, result.stdout + result.stderr
+    [row] = result.json()["hosts"]
+    assert row["rolled_back_to"] == known_good and not row["verdict"]["passed"]
+    assert current(lab, "h2") == known_good
+    state = assert_invariant(cli, env, lab, "h2")
+    assert state["healthy"]
+
+
+def test_rollback_is_refused_while_a_deploy_holds_the_lock(cli: Any, lab: SshLab, env: dict[str, Any]) -> None:
+    common = [*env["common"], "--hosts", "h0", "--ledger", env["ledger"]]
+    first = cli("--json", "deploy", env["v1"], "--no-verify", *common)
+    assert first.code == 0
+    target = first.json()["hosts"][0]["release"]
+    before = release_ids(lab, "h0")
+    worker, out = in_background(lambda: cli("--json", "deploy", variant(env, 2, python=env["slow"]), "--no-verify", *common))
+    wait_for(new_release_started(lab, "h0", before), 30, "the new server to start")
+    refused = cli("--json", "rollback", NAME, "--to", target, *common)
+    assert refused.code == 3, refused.stdout + refused.stderr
+    assert "is locked by" in refused.stdout and "its process is running" in refused.stdout
+    worker.join(timeout=120)
+    assert out[0].code == 0, out[0].stdout + out[0].stderr
+    assert_invariant(cli, env, lab, "h0")
+
+
+def test_unlock_refuses_a_live_holder_unless_forced(cli: Any, lab: SshLab, env: dict[str, Any]) -> None:
+    common = [*env["common"], "--hosts", "h1", "--ledger", env["ledger"]]
+    base = lab.hosts["h1"].root / NAME
+    base.mkdir(parents=True, exist_ok=True)
+    me = {"user": "ci", "machine": socket.gethostname(), "pid": os.getpid(), "run_id": "x", "command": "specctl deploy",
+          "since": "2026-11-30T10:00:00Z"}
+    (base / "lock").write_text(json.dumps(me))
+    refused = cli("unlock", env["v1"], *common)
+    assert refused.code == 3 and "its process is running" in refused.stderr and (base / "lock").exists()
+    forced = cli("unlock", env["v1"], "--force", *common)
+    assert forced.code == 0 and not (base / "lock").exists()
+    gone = subprocess.run(["sh", "-c", "echo $$"], capture_output=True, text=True).stdout.strip()  # a pid that has exited
+    (base / "lock").write_text(json.dumps({**me, "pid": int(gone)}))
+    stale = cli("unlock", env["v1"], *common)
+    assert stale.code == 0 and "its process is gone" in stale.stdout and not (base / "lock").exists()
+
+
+def test_rollback_to_a_release_that_is_not_whole_stops_nothing(cli: Any, lab: SshLab, env: dict[str, Any]) -> None:
+    common = [*env["common"], "--hosts", "h2", "--ledger", env["ledger"]]
+    good = cli("--json", "deploy", env["v1"], *common)
+    assert good.code == 0, good.stdout + good.stderr
+    target = good.json()["hosts"][0]["release"]
+    assert cli("deploy", variant(env, 2), "--no-verify", *common).code == 0
+    serving = current(lab, "h2")
+    (lab.hosts["h2"].root / NAME / "releases" / target / "launch.sh").unlink()
+    result = cli("rollback", NAME, "--to", target, *common)
+    assert result.code == 3, result.stdout + result.stderr
+    assert "is not whole" in result.stderr and "launch.sh" in result.stderr
+    assert current(lab, "h2") == serving
+    state = assert_invariant(cli, env, lab, "h2")
+    assert state["healthy"]
+
+
+def test_stop_finds_a_server_that_current_does_not_name(cli: Any, lab: SshLab, env: dict[str, Any]) -> None:
+    common = [*env["common"], "--hosts", "h0", "--ledger", env["ledger"]]
+    assert cli("deploy", env["v1"], "--no-verify", *common).code == 0
+    (lab.hosts["h0"].root / NAME / "current").unlink()
+    state = status_of(cli, env, "h0")
+    assert state["current"] is None and [s["current"] for s in state["servers"]] == [False]
+    stopped = cli("--json", "stop", env["v1"], *common[:-2])
+    assert stopped.code == 0 and stopped.json()["stopped"] == {"h0": True}
+    assert status_of(cli, env, "h0")["servers"] == []
+
+
+def test_a_deleted_current_release_does_not_hide_the_deploys_own_failure(cli: Any, lab: SshLab, env: dict[str, Any]) -> None:
+    common = [*env["common"], "--hosts", "h1", "--ledger", env["ledger"]]
+    assert cli("deploy", env["v1"], "--no-verify", *common).code == 0
+    old = current(lab, "h1")
+    subprocess.run(["rm", "-rf", str(lab.hosts["h1"].root / NAME / "releases" / old)], check=True)
+    broken = Path(env["tmp"]) / "profiles" / "broken.yaml"
+    broken.write_text(yaml.safe_dump({"apiVersion": "specctl/v1", "kind": "Profile", "extends": "tiny-llama-v1.yaml",
+                                      "metadata": {"name": NAME, "version": 9}, "drafter": {"layer_ids": [1, 3, 9]}}))
+    result = cli("--json", "deploy", str(broken), "--skip-check", *common)
+    assert result.code == 3, result.stdout + result.stderr
+    [row] = result.json()["hosts"]
+    assert row["detail"].startswith("h1: the server exited during start-up"), row["detail"]
+    assert f"restoring" not in row["detail"] or "failed" in row["detail"]
+    assert row["log_tail"]
+    state = status_of(cli, env, "h1")
+    assert state["servers"] == [] and not state["running"]  # the old server (its files gone) was found and stopped
