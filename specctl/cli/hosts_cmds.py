@@ -47,10 +47,8 @@ def hosts(
     from rich.table import Table
 
     from specctl.engines import get_engine
-    from specctl.facts import host as host_facts
-    from specctl.hosts.group import run_group
+    from specctl.flows import servers
     from specctl.hosts.inventory import inventory_path, resolve_hosts
-    from specctl.release import release as rel
 
     output = command_output(ctx, json_mode)
     path = inventory_path(inventory)
@@ -66,17 +64,8 @@ def hosts(
             table.add_row(h.name, h.ssh_alias or (str(h.ssh_overrides.get("hostname")) if h.ssh_overrides else "local"), h.root, h.python or "-")
         output.result({"hosts": [{"name": h.name, "ssh": h.ssh_alias, "root": h.root, "python": h.python} for h in specs]}, table)
         return
-    distribution = get_engine(engine).distribution()
-
-    def facts(h):  # type: ignore[no-untyped-def]
-        t = h.transport(ssh_config=ssh_config, accept_new_host_key=accept_new_host_key)
-        return host_facts.gather(t, python=python or h.python or "python3", root=rel.host_root(t, h.root), port=port,
-                                 distribution=distribution)
-
-    group = run_group(specs, facts)
-    rows = [{"host": h.name, "reachable": h.name in group.results,
-             **({"facts": group.results[h.name].to_dict()} if h.name in group.results else {"error": str(getattr(group.errors[h.name], "message", group.errors[h.name]))})}
-            for h in specs]
+    rows = servers.facts(servers.Reach(ssh_config, accept_new_host_key), specs, python=python, port=port,
+                         distribution=get_engine(engine).distribution())
     table = Table("host", "reachable", "GPUs", "CUDA", "python", engine, "free disk", f"port {port}", title="hosts", title_justify="left")
     for r in rows:
         f = r.get("facts") or {}
@@ -86,7 +75,7 @@ def hosts(
                       f"{f['disk_free_gib']} GiB" if f.get("disk_free_gib") is not None else "-",
                       {True: "free", False: "IN USE", None: "-"}[f.get("port_free")])
     output.result({"hosts": rows}, table)
-    if group.errors:
+    if not all(r["reachable"] for r in rows):
         raise typer.Exit(HostError.exit_code)
 
 
@@ -108,7 +97,7 @@ def deploy(
     from rich.table import Table
 
     from specctl.cli.views import findings_view, show_reports
-    from specctl.flows import static
+    from specctl.flows import servers, static
     from specctl.flows.baseline import checked_mode
     from specctl.flows.deploy import deploy as deploy_flow
 
@@ -122,7 +111,7 @@ def deploy(
     targets = target_hosts(report.inputs.profile.hosts, hosts, inventory)
     p = report.inputs.profile
     if dry_run:
-        rows = [_dry_run_row(h, p.metadata.name, p.metadata.version, ssh_config, accept_new_host_key) for h in targets]
+        rows = servers.preview(servers.Reach(ssh_config, accept_new_host_key), p.metadata.name, p.metadata.version, targets)
         table = Table("host", "current", "would deploy", title=f"dry run: {p.metadata.name} v{p.metadata.version}", title_justify="left")
         for row in rows:
             table.add_row(row["host"], row["current"], row["would_deploy"])
@@ -150,22 +139,6 @@ def deploy(
         raise typer.Exit(ROLLED_BACK_EXIT)
     if not no_verify and not all(o.passed for o in reports):
         raise typer.Exit(CheckFailed.exit_code)
-
-
-def _dry_run_row(host, name: str, version: int, ssh_config: str | None, accept: bool) -> dict[str, str]:  # type: ignore[no-untyped-def]
-    import json
-
-    from specctl.release import release as rel
-
-    t = host.transport(ssh_config=ssh_config, accept_new_host_key=accept)
-    root = rel.host_root(t, host.root)
-    current = rel.linked(t, root, name)
-    shown = "nothing"
-    if current:
-        raw = t.read(f"{root}/{name}/releases/{current}/profile.json")
-        running = json.loads(raw)["metadata"]["version"] if raw else "?"
-        shown = f"{current} (v{running})"
-    return {"host": host.name, "current": shown, "would_deploy": f"v{version} (a new release; current switches when ready)"}
 
 
 def status(ctx: typer.Context, profile: ProfileArg, hosts: HostsOpt = None, inventory: InventoryOpt = None,

@@ -78,7 +78,7 @@ def show(ctx: typer.Context, run: Annotated[str, typer.Argument(help="Run id (or
     from rich.console import Group
     from rich.pretty import Pretty
 
-    from specctl.cli.views import verdict_view
+    from specctl.cli.views import stages_view, verdict_view
 
     output = command_output(ctx, json_mode)
     book = _open(ledger)
@@ -95,6 +95,8 @@ def show(ctx: typer.Context, run: Annotated[str, typer.Argument(help="Run id (or
             views.append(verdict_view(record.host, record.verdict))
         else:
             views.append(Pretty({"host": record.host, "release": record.release, "verdict": record.verdict}))
+    if found.events:
+        views.append(stages_view(found.events))
     output.result(found.to_dict(), Group(*views))
 
 

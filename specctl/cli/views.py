@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Group, RenderableType
 from rich.padding import Padding
@@ -121,3 +121,25 @@ def show_reports(output: Output, reports: Sequence[HostReport], title: str) -> N
             views.append(f"{r.host}: rolled back to {r.rolled_back_to}")
             views.append(verdict_view(r.host, r.rollback_verdict))
     output.result({"title": title, "hosts": [r.__dict__ for r in reports]}, Group(*views))
+
+
+def stages_view(events: Sequence[Any]) -> RenderableType:
+    """A run's stage boundaries per host: each stage with how it ended and how long it took."""
+    from datetime import datetime
+
+    from rich.table import Table
+
+    table = Table("host", "stage", "result", "took", "detail", title="stages", title_justify="left")
+    began: dict[tuple[str, str], str] = {}
+    for e in events:
+        if e.event == "began":
+            began[(e.host, e.stage)] = e.at
+            continue
+        start = began.get((e.host, e.stage))
+        took = "-"
+        if start and e.event in ("ended", "failed"):
+            seconds = (datetime.fromisoformat(e.at.replace("Z", "+00:00")) - datetime.fromisoformat(start.replace("Z", "+00:00")))
+            took = f"{seconds.total_seconds():.1f} s"
+        style = {"failed": "bold red", "undo-failed": "bold red", "undone": "yellow"}.get(e.event, "")
+        table.add_row(e.host, e.stage, Text(e.event, style=style), took, Text(e.detail or ""))
+    return table

@@ -15,10 +15,12 @@ from pathlib import Path
 from typing import Any
 
 from specctl.errors import CheckpointError
+from specctl.profile._files import refusal
 
 INDEX_FILE = "model.safetensors.index.json"
 SINGLE_FILE = "model.safetensors"
 MAX_HEADER_BYTES = 100 * 1024 * 1024  # the format's own limit
+MAX_CHECKPOINT_JSON_BYTES = 64 * 1024 * 1024  # config.json and the shard index; a large index is a few MB
 FC_NAMES = ("fc.weight", "model.fc.weight")
 D2T_NAMES = ("d2t", "model.d2t")
 
@@ -185,6 +187,7 @@ def shard_names(index: Mapping[str, Any] | None, present: Iterable[str]) -> list
 
 def read_header(path: Path) -> dict[str, Tensor]:
     """Parse one safetensors header; reads 8 bytes plus the header, whatever the file size."""
+    _refuse_special(path, str(path), 1 << 62)
     try:
         with path.open("rb") as handle:
             prefix = handle.read(8)
@@ -217,7 +220,15 @@ def parse_header(header: Mapping[str, Any], source: str) -> dict[str, Tensor]:
     return tensors
 
 
+def _refuse_special(path: Path, source: str, limit: int) -> None:
+    """A FIFO, device or directory where a checkpoint file should be is an error, never a hang."""
+    found = refusal(path, limit)
+    if found is not None and not found.missing:
+        raise CheckpointError(f"{path}: {found.message}", source=source, fix=found.fix)
+
+
 def _read_json(path: Path, source: str) -> dict[str, Any]:
+    _refuse_special(path, source, MAX_CHECKPOINT_JSON_BYTES)
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:

@@ -40,7 +40,6 @@ class Change:
     budget_s: float
     files: dict[str, tuple[bytes, int] | str] | None = None  # to write (deploy, baseline); None: the release exists
     clear: tuple[str, ...] = ()  # profiles whose servers stop first (default: the session's)
-    link: bool = True  # point `current` at the release once ready
     ready_gate: NodeGate | None = None  # multi-node: rank 0 opens it, the other ranks wait on it
     node_rank: int = 0
     previous: str | None = None
@@ -76,16 +75,15 @@ def preflight(c: Change) -> None:
     s = c.session
     t = s.transport
     s.progress("preflight")
-    rel.sweep(t, s.base)
-    c.previous = s.current()
+    seen = rel.survey(t, s.base)
+    c.previous = seen.current
     if c.files is None:
         missing = rel.missing_files(c.release)
         if missing:
             raise HostError(f"{s.name}: release {c.release.run_id} is not whole: it lacks {', '.join(missing)}", host=s.name,
                             fix="nothing was stopped; choose another release (specctl runs) or deploy the profile again")
-    ours = rel.servers(t, s.base)
     c.facts = host_facts.gather(t, python=c.python, root=s.root, port=c.port, distribution=c.distribution)
-    if c.facts.port_free is False and not ours:
+    if c.facts.port_free is False and not seen.servers:
         raise HostError(f"{s.name}: port {c.port} is in use by something other than {s.profile}", host=s.name,
                         fix="nothing was stopped; free the port, or set engine.port to another one")
 
@@ -170,13 +168,9 @@ def ready(c: Change) -> None:
 def switch(c: Change) -> Undo | None:
     """Point `current` at the release; the undo points it back (or removes it, when nothing was there)."""
     s = c.session
-    if c.startup_s is not None:
-        rel.record_startup(c.release, c.startup_s)
-    if not c.link:
-        return None
     release = c.release
     before = c.previous if release.profile == s.profile else rel.linked(s.transport, s.root, release.profile)
-    rel.switch(release)
+    rel.switch(release, startup_s=c.startup_s)
     if before is not None:
         return lambda: rel.switch(s.release(before, release.profile))
     return lambda: rel.unlink(s.transport, release.base)

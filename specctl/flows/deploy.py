@@ -124,6 +124,8 @@ class Deploy:
         try:
             verdict = verify_and_record(self.rec, session, self.rec.run_id, report=self.report, baseline_mode=self.baseline_mode)
             result.verdict = verdict.to_dict()
+        except Cancelled:
+            raise
         except Exception as exc:  # noqa: BLE001 - a release that cannot be verified is not kept
             result.detail += f"; verify could not run: {error_text(exc)}"
             result.verdict = {"passed": False, "error": error_text(exc)}

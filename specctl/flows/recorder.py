@@ -54,7 +54,6 @@ class Recorder:
         release = session.release(release_id)
         t = release.transport
         try:
-            t.run(["mkdir", "-p", release.path(rel.RUNS_DIR)], retry=True)
             t.put(release.path(f"{rel.RUNS_DIR}/{self.run_id}.json"),
                   (json.dumps(self.snapshot(), indent=2, sort_keys=True, default=str) + "\n").encode())
         except HostError as exc:  # the ledger has the run; the host's copy is the spare

@@ -1,14 +1,17 @@
-"""`status` and `stop`: what of a profile runs on each host, found by every release's pid file and
+"""`status`, `stop`, `hosts --check` and `deploy --dry-run`: what of a profile runs on each host, found by every release's pid file and
 by the environment every server inherits (so a server whose release or pid file is gone is still
 found), and stopping all of it under the profile's lock."""
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from specctl.facts import host as host_facts
+from specctl.facts.host import HostFacts
 from specctl.hosts.group import run_group
 from specctl.hosts.inventory import HostSpec
 from specctl.hosts.transport import Transport
@@ -104,3 +107,35 @@ def stop(reach: Reach, profile: str, hosts: Sequence[HostSpec], *, command: str)
 
 def _text(exc: BaseException) -> str:
     return str(getattr(exc, "message", None) or exc)
+
+
+def facts(reach: Reach, hosts: Sequence[HostSpec], *, python: str, port: int, distribution: str) -> list[dict[str, Any]]:
+    """`hosts --check`: per host, reachable or not, and its facts (GPUs, CUDA, Python, engine, disk, port)."""
+    def one(h: HostSpec) -> HostFacts:
+        t, root = reach.open(h)
+        return host_facts.gather(t, python=python or h.python or "python3", root=root, port=port, distribution=distribution)
+
+    group = run_group(hosts, one)
+    return [{"host": h.name, "reachable": True, "facts": group.results[h.name].to_dict()} if h.name in group.results
+            else {"host": h.name, "reachable": False, "error": _text(group.errors[h.name])} for h in hosts]
+
+
+def preview(reach: Reach, profile: str, version: int, hosts: Sequence[HostSpec]) -> list[dict[str, str]]:
+    """`deploy --dry-run`: what each host runs now and what would change; nothing is written."""
+    def one(host: HostSpec) -> dict[str, str]:
+        t, root = reach.open(host)
+        current = rel.linked(t, root, profile)
+        shown = "nothing"
+        if current:
+            raw = t.read(f"{root}/{profile}/releases/{current}/profile.json")
+            try:
+                running = json.loads(raw)["metadata"]["version"] if raw else "?"
+            except (ValueError, KeyError, TypeError):
+                running = "?"
+            shown = f"{current} (v{running})"
+        return {"host": host.name, "current": shown, "would_deploy": f"v{version} (a new release; current switches when ready)"}
+
+    group = run_group(hosts, one)
+    for error in group.errors.values():
+        raise error
+    return [group.results[h.name] for h in hosts]

@@ -24,3 +24,14 @@ def _run(argv: Sequence[str], *, timeout_s: float, env: Mapping[str, str] | None
 
 def local_transport() -> Transport:
     return Transport(LOCAL, "127.0.0.1", _run)
+
+
+def process_alive(pid: int) -> bool:
+    """Whether a process of this machine exists (one of another user counts)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

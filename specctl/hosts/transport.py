@@ -21,7 +21,9 @@ from specctl.errors import ConnectionLost, HostError
 _START = 'cd "$1" && log="$2" && pidfile="$3" && shift 3 && setsid "$@" >>"$log" 2>&1 </dev/null & ' \
          'pid=$!; printf "%s\\n" "$pid" >"$3.tmp" && mv -f "$3.tmp" "$3" && printf "%s\\n" "$pid"'
 # Write stdin to a file through a temporary sibling and a rename: readers see old or new, never half.
-_PUT = 'tmp="$1.tmp.$$" && { cat >"$tmp" && chmod "$2" "$tmp" && mv -f "$tmp" "$1"; } || { rm -f "$tmp"; exit 1; }'
+# Its directory is made when missing.
+_PUT = ('mkdir -p "$(dirname "$1")" && tmp="$1.tmp.$$" && '
+        '{ cat >"$tmp" && chmod "$2" "$tmp" && mv -f "$tmp" "$1"; } || { rm -f "$tmp"; exit 1; }')
 
 
 @dataclass(frozen=True)

@@ -32,6 +32,7 @@ from typing import Any
 
 from specctl.cancel import Cancelled
 from specctl.errors import InputError, LedgerError
+from specctl.hosts.local import process_alive
 from specctl.settings import data_dir
 
 KINDS = ("deploy", "verify", "baseline", "rollback", "unlock", "tune")
@@ -355,7 +356,7 @@ class Ledger:
         machine = socket.gethostname()
         rows = self._query("SELECT id, pid FROM runs WHERE status = 'running' AND machine = ?", (machine,))
         for row in rows:
-            if not _pid_alive(int(row["pid"])):
+            if not process_alive(int(row["pid"])):
                 self.finish(row["id"], "killed", note="its process was gone when the ledger was next opened")
 
     # --- writing ---------------------------------------------------------------------------------
@@ -490,16 +491,6 @@ class Ledger:
                    row["command"], row["user"], row["machine"], row["pid"], row["reason"], row["engine"], row["engine_version"],
                    _loads(row["inputs"]) or {}, _loads(row["verdict"]), row["status"], row["started_at"], row["finished_at"],
                    row["parent"], row["baseline_key"], records)
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 # --- the file and how it fails ------------------------------------------------------------------

@@ -14,6 +14,7 @@ import time
 from typing import Any
 
 from specctl.errors import ConnectionLost, HostError
+from specctl.hosts.local import process_alive
 from specctl.hosts.transport import Transport
 
 # create the lock file only if absent (noclobber makes the redirection fail when it exists)
@@ -66,13 +67,7 @@ def holder_alive(held: dict[str, Any]) -> bool | None:
     pid = held.get("pid")
     if held.get("machine") != socket.gethostname() or not isinstance(pid, int):
         return None
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+    return process_alive(pid)
 
 
 def describe(held: dict[str, Any] | None) -> str:

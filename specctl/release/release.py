@@ -25,6 +25,7 @@ SUMMARY_FILE = "release.json"  # profile name, version, sha256 and workload of t
 WORKLOAD_FILE = "workload.jsonl"  # the pinned workload verify sends
 VERDICT_FILE = "verdict.json"  # the newest verify verdict of this release (passed or not, by which run)
 RUNS_DIR = "runs"  # a copy of every ledger run that touched this release
+STARTUP_FILE = "startup.json"  # how long this release took to answer its first generation
 
 
 def new_run_id(now: datetime | None = None) -> str:
@@ -67,8 +68,6 @@ def host_root(transport: Transport, root: str) -> str:
 # behind. $1 = release directory.
 _UNPACK = ('tmp="$1.part.$$" && mkdir -p "$tmp" && '
            '{ tar -x -f - -C "$tmp" && mv -T "$tmp" "$1"; } || { rc=$?; rm -rf "$tmp"; exit $rc; }')
-# The parts an interrupted unpack of an earlier run left (the process that wrote them is gone).
-_SWEEP = 'for d in "$1"/releases/*.part.*; do [ -d "$d" ] && rm -rf "$d"; done; true'
 WHOLE = ("launch.sh", "profile.json", "plan.json", SUMMARY_FILE, WORKLOAD_FILE)  # what restarting and verifying need
 
 
@@ -120,11 +119,6 @@ def materialize(release: Release, files: dict[str, tuple[bytes, int] | str]) -> 
     release.transport.run(["sh", "-c", _UNPACK, "sh", release.dir], stdin=archive(files))
 
 
-def sweep(transport: Transport, base: str) -> None:
-    """Remove the half-written release directories that interrupted transfers left."""
-    transport.run(["sh", "-c", _SWEEP, "sh", base], retry=True)
-
-
 def missing_files(release: Release) -> list[str]:
     """What a release lacks of what restarting and verifying it need (empty: it is whole)."""
     done = release.transport.run(["sh", "-c", 'cd "$1" 2>/dev/null || { echo .; exit 0; }; shift; '
@@ -132,13 +126,18 @@ def missing_files(release: Release) -> list[str]:
     return ["the release directory" if line == "." else line for line in done.stdout.splitlines()]
 
 
-_SWITCH = 'ln -sfn "$1" "$2" && mv -Tf "$2" "$3"'
+# $1 link target, $2 temporary link, $3 the link; $4 (optional) a start-up time to record first, $5 where.
+_SWITCH = ('if [ -n "${4:-}" ]; then printf \'{"startup_s": %s}\\n\' "$4" >"$5.tmp" && mv -f "$5.tmp" "$5" || exit 1; fi; '
+           'ln -sfn "$1" "$2" && mv -Tf "$2" "$3"')
 
 
-def switch(release: Release, link: str = "current") -> None:
-    """Point `<base>/<link>` at this release with one rename: readers never see it missing."""
+def switch(release: Release, link: str = "current", *, startup_s: float | None = None) -> None:
+    """Point `<base>/<link>` at this release with one rename: readers never see it missing. With
+    `startup_s`, the release's start-up time is recorded first, in the same round trip."""
     tmp = f"{release.base}/.{link}.{secrets.token_hex(4)}"
-    release.transport.run(["sh", "-c", _SWITCH, "sh", f"releases/{release.run_id}", tmp, f"{release.base}/{link}"], retry=True)
+    record = [f"{startup_s:.2f}", release.path(STARTUP_FILE)] if startup_s is not None else []
+    release.transport.run(["sh", "-c", _SWITCH, "sh", f"releases/{release.run_id}", tmp, f"{release.base}/{link}", *record],
+                          retry=True)
 
 
 def unlink(transport: Transport, base: str, link: str = "current") -> None:
@@ -196,13 +195,6 @@ def port(release: Release) -> int | None:
         return int(json.loads(raw)["engine"]["port"]) if raw else None
     except (ValueError, KeyError, TypeError):
         return None
-
-
-STARTUP_FILE = "startup.json"  # how long this release took to answer its first generation
-
-
-def record_startup(release: Release, seconds: float) -> None:
-    release.transport.put(release.path(STARTUP_FILE), (json.dumps({"startup_s": round(seconds, 2)}) + "\n").encode())
 
 
 def startup_budget(release: Release, default_s: float) -> float:
@@ -272,6 +264,35 @@ def servers(transport: Transport, base: str) -> list[Server]:
         if group.isdigit():
             found.append(Server(run_id, int(group)))
     return found
+
+
+# A preflight's look at a profile's directory in one round trip: the half-written release directories
+# of interrupted transfers removed, then what `current` names, then every running server.
+_SURVEY = _FIND + r"""
+for d in "$1"/releases/*.part.*; do [ -d "$d" ] && rm -rf "$d"; done
+readlink "$1/current" 2>/dev/null || echo
+find_servers "$1" | sort -u
+"""
+
+
+@dataclass(frozen=True)
+class Survey:
+    """What a profile's directory on a host holds before anything changes."""
+
+    current: str | None
+    servers: list[Server]
+
+
+def survey(transport: Transport, base: str) -> Survey:
+    """Sweep half-written releases, and read `current` and the running servers, in one command."""
+    lines = transport.run(["sh", "-c", _SURVEY, "sh", base], retry=True).stdout.split("\n")
+    link = lines[0].strip()
+    found = []
+    for line in lines[1:]:
+        run_id, _, group = line.partition(" ")
+        if group.isdigit():
+            found.append(Server(run_id, int(group)))
+    return Survey(link.rsplit("/", 1)[-1] if link else None, found)
 
 
 def _stop(transport: Transport, base: str, run_id: str | None, timeout_s: float) -> list[str]:

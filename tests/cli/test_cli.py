@@ -88,3 +88,21 @@ def test_missing_profile_is_bad_input(cli: Any, tmp_path: Path) -> None:
 def test_usage_errors_exit_2(cli: Any) -> None:
     assert cli("check").code == 2
     assert cli("render", KIMI, "--format", "yaml").code == 2
+
+
+def test_a_start_up_failure_prints_the_log_lines_its_hint_names() -> None:
+    import io
+
+    from specctl.cli._errors import report
+    from specctl.cli._output import Output
+    from specctl.release.readiness import StartupFailed
+
+    failure = StartupFailed("h0: the server exited during start-up", host="h0", log=["loading", "ValueError: capture 9"],
+                            fix="read the server log lines shown with this error")
+    failure.add_note("undoing stop-previous failed: h0: cannot connect")
+    err = io.StringIO()
+    code = report(failure, Output(stdout=io.StringIO(), stderr=err, environ={"NO_COLOR": "1", "COLUMNS": "200"}))
+    text = err.getvalue()
+    assert code == 3
+    assert "last lines of the server log" in text and "ValueError: capture 9" in text
+    assert "undoing stop-previous failed" in text

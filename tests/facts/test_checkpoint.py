@@ -94,3 +94,14 @@ def test_hub_repo_not_cached_offline(hub_env: Path) -> None:
     with pytest.raises(CheckpointError) as info:
         read_checkpoint("org/absent", "a" * 40, offline=True)
     assert "hf download org/absent" in (info.value.fix or "")
+
+
+def test_a_fifo_where_config_json_should_be_is_an_error_not_a_hang(tmp_path: Path) -> None:
+    import os
+
+    from specctl.errors import CheckpointError
+    from specctl.facts.checkpoint import read_checkpoint
+
+    os.mkfifo(tmp_path / "config.json")
+    with pytest.raises(CheckpointError, match="FIFO|fifo|pipe"):
+        read_checkpoint(str(tmp_path), None, offline=True)

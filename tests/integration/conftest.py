@@ -3,10 +3,16 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+import yaml
+
+from specctl.flows.demo import write_inputs
 
 from tests.integration.sshd import SshLab, namespaces_work
 
@@ -30,3 +36,26 @@ def ssh_options(lab: SshLab):  # type: ignore[no-untyped-def]
     from specctl.hosts.ssh import SshOptions
 
     return SshOptions(config_path=str(lab.ssh_config), connect_timeout_s=5)
+
+
+def lab_profile(lab: SshLab, tmp_path: Path, port: int) -> dict[str, Any]:
+    """The demo's v1 profile served on every lab host (all interfaces, group `all`), with an inventory."""
+    if not lab.use_namespaces:
+        pytest.skip("several hosts on one loopback address would share the profile's port")
+    v1, _ = write_inputs(tmp_path, port)
+    data = yaml.safe_load(v1.read_text())
+    data["engine"]["host"] = "0.0.0.0"
+    data["hosts"] = ["all"]
+    v1.write_text(yaml.safe_dump(data, sort_keys=False))
+    inventory = lab.inventory(tmp_path / "hosts.yaml", sys.executable)
+    return {"v1": str(v1), "inventory": inventory, "common": ["--inventory", str(inventory), "--ssh-config", str(lab.ssh_config)],
+            "tmp": tmp_path}
+
+
+def reset_lab(lab: SshLab) -> None:
+    """What every test leaves: each sshd running, no server of any test left."""
+    for host in lab.hosts.values():
+        if not host.alive():
+            lab.start_sshd(host)
+        for pidfile in host.root.rglob("server.pid"):
+            subprocess.run(["kill", "-KILL", "--", f"-{pidfile.read_text().strip()}"], capture_output=True)

@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 import yaml
 
-from specctl.flows.demo import write_inputs
 from specctl.hosts.ssh import SshOptions, resolve, ssh_transport
+from tests.integration.conftest import lab_profile, reset_lab
 from tests.integration.proxy import DelayProxy
 from tests.integration.sshd import SshLab
 
@@ -25,21 +25,8 @@ NAME = "tiny-llama-demo"
 
 @pytest.fixture
 def env(lab: SshLab, tmp_path: Path) -> Iterator[dict[str, Any]]:
-    if not lab.use_namespaces:
-        pytest.skip("several hosts on one loopback address would share the profile's port")
-    v1, _ = write_inputs(tmp_path, PORT)
-    data = yaml.safe_load(v1.read_text())
-    data["engine"]["host"] = "0.0.0.0"
-    data["hosts"] = ["all"]
-    v1.write_text(yaml.safe_dump(data, sort_keys=False))
-    inventory = lab.inventory(tmp_path / "hosts.yaml", sys.executable)
-    yield {"v1": str(v1), "inventory": inventory, "common": ["--inventory", str(inventory), "--ssh-config", str(lab.ssh_config)],
-           "tmp": tmp_path}
-    for host in lab.hosts.values():  # every test leaves the lab as it found it
-        if not host.alive():
-            lab.start_sshd(host)
-        for pidfile in host.root.rglob("server.pid"):
-            subprocess.run(["kill", "-KILL", "--", f"-{pidfile.read_text().strip()}"], capture_output=True)
+    yield lab_profile(lab, tmp_path, PORT)
+    reset_lab(lab)
 
 
 def current(lab: SshLab, host: str) -> str | None:

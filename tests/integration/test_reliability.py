@@ -19,6 +19,7 @@ import pytest
 import yaml
 
 from specctl.flows.demo import write_inputs
+from tests.integration.conftest import lab_profile, reset_lab
 from tests.integration.sshd import SshLab
 
 PORT = 31700
@@ -46,27 +47,15 @@ HTTPServer(("0.0.0.0", port), H).serve_forever()
 
 @pytest.fixture
 def env(lab: SshLab, tmp_path: Path) -> Iterator[dict[str, Any]]:
-    if not lab.use_namespaces:
-        pytest.skip("several hosts on one loopback address would share the profile's port")
-    v1, _ = write_inputs(tmp_path, PORT)
-    data = yaml.safe_load(v1.read_text())
-    data["engine"]["host"] = "0.0.0.0"
-    data["hosts"] = ["all"]
-    v1.write_text(yaml.safe_dump(data, sort_keys=False))
-    inventory = lab.inventory(tmp_path / "hosts.yaml", sys.executable)
+    setup = lab_profile(lab, tmp_path, PORT)
     slow = tmp_path / "slow-python"
     slow.write_text(f"#!/bin/sh\nsleep 6\nexec {sys.executable} \"$@\"\n")
     slow.chmod(0o755)
     fake = tmp_path / "fake-engine"
     fake.write_text(FAKE_ENGINE.format(python=sys.executable))
     fake.chmod(0o755)
-    yield {"v1": str(v1), "common": ["--inventory", str(inventory), "--ssh-config", str(lab.ssh_config)], "tmp": tmp_path,
-           "ledger": str(tmp_path / "ledger.db"), "slow": str(slow), "fake": str(fake)}
-    for host in lab.hosts.values():
-        if not host.alive():
-            lab.start_sshd(host)
-        for pidfile in host.root.rglob("server.pid"):
-            subprocess.run(["kill", "-KILL", "--", f"-{pidfile.read_text().strip()}"], capture_output=True)
+    yield {**setup, "ledger": str(tmp_path / "ledger.db"), "slow": str(slow), "fake": str(fake)}
+    reset_lab(lab)
 
 
 def variant(env: dict[str, Any], version: int, **engine: Any) -> str:
@@ -141,6 +130,11 @@ def test_connection_lost_during_readiness_and_back(cli: Any, lab: SshLab, env: d
     assert row["ok"] and current(lab, "h0") == row["release"] and row["release"] not in before
     state = assert_invariant(cli, env, lab, "h0")
     assert state["running"] and state["healthy"]
+    events = cli("--json", "show", row["release"], "--ledger", env["ledger"]).json()["events"]
+    assert [(e["host"], e["stage"], e["event"]) for e in events if e["event"] != "began"] == [
+        ("h0", stage, "ended") for stage in ("preflight", "materialise", "stop-previous", "start", "ready", "switch")]
+    shown = cli("show", row["release"], "--ledger", env["ledger"])
+    assert shown.code == 0 and "stages" in shown.stdout and "stop-previous" in shown.stdout
 
 
 def test_connection_lost_for_good_leaves_no_untracked_server(cli: Any, lab: SshLab, env: dict[str, Any]) -> None:
@@ -157,6 +151,9 @@ def test_connection_lost_for_good_leaves_no_untracked_server(cli: Any, lab: SshL
     assert result.code == 3, result.stdout + result.stderr
     [row] = result.json()["hosts"]
     assert not row["ok"] and "undoing" in row["detail"] and "cannot connect" in row["detail"]
+    run = cli("--json", "runs", "--ledger", env["ledger"], "--kind", "deploy").json()["runs"][-1]["id"]
+    events = {(e["stage"], e["event"]) for e in cli("--json", "show", run, "--ledger", env["ledger"]).json()["events"]}
+    assert {("start", "undo-failed"), ("stop-previous", "undo-failed")} <= events  # recorded: the host could not be put back
     lab.start_sshd(lab.hosts["h1"])
     [new] = release_ids(lab, "h1") - before
     state = status_of(cli, env, "h1")
@@ -262,7 +259,46 @@ def test_a_deleted_current_release_does_not_hide_the_deploys_own_failure(cli: An
     assert result.code == 3, result.stdout + result.stderr
     [row] = result.json()["hosts"]
     assert row["detail"].startswith("h1: the server exited during start-up"), row["detail"]
-    assert f"restoring" not in row["detail"] or "failed" in row["detail"]
+    assert "restoring" not in row["detail"] or "failed" in row["detail"]
     assert row["log_tail"]
     state = status_of(cli, env, "h1")
     assert state["servers"] == [] and not state["running"]  # the old server (its files gone) was found and stopped
+
+
+def test_a_ledger_that_fills_up_mid_deploy_leaves_the_host_on_its_previous_release(cli: Any, tmp_path: Path,
+                                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))  # the local host's state root is ~/.specctl
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root")
+    full = tmp_path / "ledger-fs"
+    full.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(full)], capture_output=True).returncode != 0:
+        pytest.skip("cannot mount a tmpfs here")
+    v1, _ = write_inputs(tmp_path / "work", PORT + 1)  # the local host, no SSH: the ledger is the fault here
+    slow = tmp_path / "slow-python"
+    slow.write_text(f"#!/bin/sh\nsleep 4\nexec {sys.executable} \"$@\"\n")
+    slow.chmod(0o755)
+    v2 = v1.parent / "v2.yaml"
+    v2.write_text(yaml.safe_dump({"apiVersion": "specctl/v1", "kind": "Profile", "extends": v1.name,
+                                  "metadata": {"name": NAME, "version": 2}, "engine": {"python": str(slow)}}))
+    ledger = full / "ledger.db"
+    root = Path.home() / ".specctl" / NAME
+    try:
+        first = cli("--json", "deploy", str(v1), "--no-verify", "--ledger", str(ledger))
+        assert first.code == 0, first.stdout + first.stderr
+        good = first.json()["hosts"][0]["release"]
+        before = {p.name for p in (root / "releases").iterdir()}
+        worker, out = in_background(lambda: cli("deploy", str(v2), "--no-verify", "--ledger", str(ledger)))
+        wait_for(lambda: any((p / "server.pid").exists() for p in (root / "releases").iterdir() if p.name not in before), 30,
+                 "the new server to start")
+        subprocess.run(["dd", "if=/dev/zero", f"of={full / 'filler'}", "bs=64k"], capture_output=True)  # until the disk is full
+        worker.join(timeout=120)
+        [result] = out
+        assert result.code == 2, result.stdout + result.stderr  # the ledger's error, named
+        assert str(ledger) in result.stderr and "full" in result.stderr
+        assert os.readlink(root / "current").rsplit("/", 1)[-1] == good  # walked back to the previous release
+        state = cli("--json", "status", str(v1)).json()["hosts"][0]
+        assert state["current"] == good and state["healthy"] and [s["release"] for s in state["servers"]] == [good]
+    finally:
+        cli("stop", str(v1))
+        subprocess.run(["umount", str(full)], capture_output=True)

@@ -76,7 +76,7 @@ def test_a_failed_unpack_leaves_no_part_and_sweep_removes_old_ones(tmp_path: Pat
     releases = tmp_path / "p" / "releases"
     assert list(releases.iterdir()) == []
     (releases / "run0.part.123").mkdir()  # what a killed transfer of an earlier run left
-    rel.sweep(t, str(tmp_path / "p"))
+    assert rel.survey(t, str(tmp_path / "p")) == rel.Survey(None, [])
     assert list(releases.iterdir()) == []
 
 
@@ -141,7 +141,7 @@ def test_restore_budget_comes_from_the_release_itself(tmp_path: Path) -> None:
     r = rel.Release(local_transport(), str(tmp_path), "p", "r")
     rel.materialize(r, {"launch.sh": (b"true\n", 0o755)})
     assert rel.startup_budget(r, 2400) == 2400  # nothing recorded: the default
-    rel.record_startup(r, 2.0)
+    rel.switch(r, startup_s=2.0)
     assert rel.startup_budget(r, 2400) == 60  # a fast server still gets a minute
-    rel.record_startup(r, 600.0)
+    rel.switch(r, startup_s=600.0)
     assert rel.startup_budget(r, 2400) == 1830  # three times its own, plus half a minute

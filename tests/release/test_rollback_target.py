@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from specctl.errors import InputError
@@ -29,3 +31,16 @@ def test_nothing_to_go_back_to_is_a_clear_error() -> None:
         choose_target(STATES, None, to_version=9)
     with pytest.raises(InputError, match="matches 4 releases"):
         choose_target(STATES, None, to_run="2026")
+
+
+def test_half_written_release_directories_are_no_rollback_targets(tmp_path: Path) -> None:
+    from specctl.flows.rollback import release_states
+    from specctl.hosts.local import local_transport
+
+    releases = tmp_path / "p" / "releases"
+    for name in ("20261101T000000Z-a", "20261101T000000Z-a.part.4242"):
+        (releases / name).mkdir(parents=True)
+        (releases / name / "verdict.json").write_text('{"passed": true}')
+    states = release_states(local_transport(), str(tmp_path), "p")
+    assert [s.run_id for s in states] == ["20261101T000000Z-a"]
+    assert choose_target(states, None, to_run="20261101").run_id == "20261101T000000Z-a"  # the prefix matches one release
