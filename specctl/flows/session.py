@@ -38,12 +38,12 @@ class Context:
     _guard: threading.Lock = field(default_factory=threading.Lock)
 
     def session(self, host: HostSpec, profile: str) -> HostSession:
-        """One session per host and profile for the whole command (one connection per host)."""
+        """One session per host and profile for the whole command: one connection per host (a
+        baseline or a rollback inside a deploy uses the deploy's session, lock and documents)."""
         with self._guard:
             key = (host.name, profile)
             if key not in self._sessions:
-                same_host = next((s for (h, _), s in self._sessions.items() if h == host.name), None)
-                self._sessions[key] = HostSession(self, host, profile, _transport=same_host._transport if same_host else None)
+                self._sessions[key] = HostSession(self, host, profile)
             return self._sessions[key]
 
 
@@ -90,9 +90,6 @@ class HostSession:
         if run_id not in self._docs:
             self._docs[run_id] = read_release(self.release(run_id))
         return self._docs[run_id]
-
-    def forget(self, run_id: str) -> None:
-        self._docs.pop(run_id, None)
 
     def progress(self, stage: str) -> None:
         self.ctx.on_progress(self.name, stage)
