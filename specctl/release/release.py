@@ -208,15 +208,27 @@ def startup_budget(release: Release, default_s: float) -> float:
     return default_s if seconds is None else min(default_s, max(60.0, 3 * seconds + 30))
 
 
+# Whether a process group still has a live process. A group whose processes have all exited but
+# wait to be reaped (zombies: a container's init reaps late, or never) is gone; `kill -0` alone
+# would call it alive. awk exits 1 when no live member is found, 2 on an error (then: alive).
+_ALIVE = r"""
+alive_group() {
+  kill -0 "-$1" 2>/dev/null || return 1
+  awk -v g="$1" '{ sub(/.*\) /, ""); if ($3 == g && $1 != "Z") { found = 1; exit } } END { exit !found }' \
+    /proc/[0-9]*/stat 2>/dev/null
+  [ $? -ne 1 ]
+}
+"""
+
 # Every server of a profile, one "run-id process-group" line each, found two ways: the pid files of
 # all releases, and the environment every server inherits from its launch (SPECCTL_RELEASE_DIR),
 # which finds a server whose release directory or pid file was deleted. $1 = the profile's directory.
-_FIND = r"""
+_FIND = _ALIVE + r"""
 find_servers() {
   for f in "$1"/releases/*/server.pid; do
     p=$(cat "$f" 2>/dev/null) || continue
     case $p in ""|*[!0-9]*) continue;; esac
-    kill -0 "-$p" 2>/dev/null || continue
+    alive_group "$p" || continue
     d=${f%/server.pid}; echo "${d##*/} $p"
   done
   prefix="SPECCTL_RELEASE_DIR=$1/releases/"
@@ -239,8 +251,8 @@ limit=$1; base=$2; only=${3:-}
 find_servers "$base" | sort -u | while read -r id g; do
   [ -n "$only" ] && [ "$id" != "$only" ] && continue
   kill -TERM "-$g" 2>/dev/null
-  i=0; while kill -0 "-$g" 2>/dev/null && [ $i -lt "$limit" ]; do sleep 0.1; i=$((i+1)); done
-  kill -0 "-$g" 2>/dev/null && kill -KILL "-$g" 2>/dev/null
+  i=0; while alive_group "$g" && [ $i -lt "$limit" ]; do sleep 0.1; i=$((i+1)); done
+  alive_group "$g" && kill -KILL "-$g" 2>/dev/null
   echo "$id"
 done
 true
@@ -316,7 +328,7 @@ def log_tail(release: Release, lines: int = 20) -> list[str]:
 
 
 # One round trip for a start-up poll: whether the process group lives (first line), then the log tail.
-_OBSERVE = 'if kill -0 "-$1" 2>/dev/null; then echo alive; else echo gone; fi; tail -n "$2" "$3" 2>/dev/null; true'
+_OBSERVE = _ALIVE + 'if alive_group "$1"; then echo alive; else echo gone; fi; tail -n "$2" "$3" 2>/dev/null; true'
 
 
 def observe(release: Release, process_group: int, lines: int = 200) -> tuple[bool, list[str]]:

@@ -145,3 +145,22 @@ def test_restore_budget_comes_from_the_release_itself(tmp_path: Path) -> None:
     assert rel.startup_budget(r, 2400) == 60  # a fast server still gets a minute
     rel.switch(r, startup_s=600.0)
     assert rel.startup_budget(r, 2400) == 1830  # three times its own, plus half a minute
+
+
+def test_a_server_that_exited_but_waits_to_be_reaped_is_not_running(tmp_path: Path) -> None:
+    """A zombie answers `kill -0`; a container whose init reaps late (or never) must not make
+    stop wait out its grace period or status call a dead server running."""
+    t = local_transport()
+    r = rel.Release(t, str(tmp_path), "p", "z")
+    rel.materialize(r, {"launch.sh": (b"true\n", 0o755)})
+    zombie = subprocess.Popen(["setsid", "sh", "-c", "exit 0"])  # not waited for: a zombie once it exits
+    try:
+        time.sleep(0.5)
+        assert subprocess.run(["sh", "-c", 'kill -0 "-$1"', "sh", str(zombie.pid)]).returncode == 0  # still "there"
+        (Path(r.dir) / rel.PID).write_text(f"{zombie.pid}\n")
+        assert rel.servers(t, r.base) == []
+        started = time.monotonic()
+        assert rel.stop_running(t, str(tmp_path), "p", timeout_s=5) == []
+        assert time.monotonic() - started < 3
+    finally:
+        zombie.wait()
