@@ -22,8 +22,9 @@ $(HUB)/.built: $(STAMP) examples/models.json examples/hub.py
 	$(BIN)/python examples/hub.py $(HUB) >/dev/null
 	touch $@
 
-# The embedded default: the tiny models on the reference engine, deployed to this machine, measured
-# against the baseline, then the same drafter served with a wrong capture list (see README).
+# The embedded default, the product's own workflow on this machine (the tiny models on the reference
+# engine, the `local` host): deploy v1 (verified), baseline, deploy v2 with a wrong capture list
+# (verify fails, automatic rollback), runs, diff and the check that would have refused v2 (see README).
 demo: $(HUB)/.built
 	$(BIN)/specctl demo
 	@echo; echo "\$$ specctl check profiles/kimi-k2.5-tp8-broken.yaml   # the seed incident, on real model metadata"

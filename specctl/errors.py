@@ -1,6 +1,6 @@
 """The specctl error tree: every failure a user can cause or meet, with its exit code and fix.
 
-    SpecctlError                      base; carries exit_code (DESIGN section 11) and a one-line fix
+    SpecctlError                      base; carries exit_code (the CLI's exit status) and a one-line fix
     ├── InputError (2)                bad input the user can correct
     │   ├── DocumentError             a YAML file is malformed or fails its schema (file, line, column, field)
     │   ├── CheckpointError           checkpoint metadata cannot be read (source, revision)
@@ -37,7 +37,7 @@ __all__ = [
 
 
 class SpecctlError(Exception):
-    """Base of every error specctl reports to a user; `exit_code` follows DESIGN section 11."""
+    """Base of every error specctl reports to a user; `exit_code` is the CLI's exit status (README)."""
 
     exit_code = 2
 

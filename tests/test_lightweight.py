@@ -1,4 +1,4 @@
-"""validate, check and render on local checkpoints never import torch or paramiko (DESIGN section 11)."""
+"""validate, check and render on local checkpoints never import torch or paramiko."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ PROBE = """
 import sys
 from specctl.cli.app import main
 code = main(sys.argv[1:])
-heavy = sorted(m for m in sys.modules if m.split('.')[0] in {'torch', 'paramiko', 'httpx', 'sqlite3', 'huggingface_hub', 'safetensors'})
+heavy = sorted(m for m in sys.modules if m.split('.')[0] in {'torch', 'paramiko', 'fabric', 'invoke', 'httpx', 'sqlite3', 'huggingface_hub', 'safetensors'})
 print('MODULES=' + __import__('json').dumps(heavy), file=sys.stderr)
 sys.exit(code)
 """

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Literal
 
 import typer
 
@@ -28,12 +28,30 @@ EnginePythonOpt = Annotated[
     typer.Option("--engine-python", metavar="PATH",
                  help="Ask the engine installed for this interpreter (its own capture code and parser) instead of the table."),
 ]
+
+
+def _or_root(ctx: typer.Context, param: typer.CallbackParam, value: str | None) -> str | None:
+    """The subcommand's own value; else the same option given before it (`specctl --ledger X runs`),
+    which wins over the environment variable because it was typed."""
+    source = ctx.get_parameter_source(param.name) if param.name else None
+    if param.name is None or (source is not None and source.name == "COMMANDLINE"):  # typer's click is its own copy: by name
+        return value
+    given: str | None = ctx.find_root().params.get(param.name)
+    return given if given is not None else value
+
+
 HostsOpt = Annotated[str | None, typer.Option("--hosts", "--host", help="Hosts or groups, comma-separated (default: the profile's).")]
-InventoryOpt = Annotated[str | None, typer.Option("--inventory", "-i", envvar="SPECCTL_INVENTORY", help="Inventory file (default ./hosts.yaml).")]
-SshConfigOpt = Annotated[str | None, typer.Option("--ssh-config", envvar="SPECCTL_SSH_CONFIG", help="ssh_config to use (default ~/.ssh/config).")]
+InventoryOpt = Annotated[str | None, typer.Option("--inventory", "-i", envvar="SPECCTL_INVENTORY", callback=_or_root,
+                                                  help="Inventory file (default ./hosts.yaml).")]
+SshConfigOpt = Annotated[str | None, typer.Option("--ssh-config", envvar="SPECCTL_SSH_CONFIG", callback=_or_root,
+                                                  help="ssh_config to use (default ~/.ssh/config).")]
+LedgerOpt = Annotated[str | None, typer.Option("--ledger", envvar="SPECCTL_LEDGER", callback=_or_root,
+                                               help="Ledger file (default: the XDG data directory).")]
 AcceptOpt = Annotated[bool, typer.Option("--accept-new-host-key", help="Add an unknown host key to known_hosts (never a changed one).")]
 ReasonOpt = Annotated[str | None, typer.Option("--reason", help="Why (recorded with the run).")]
-BaselineOpt = Annotated[str, typer.Option("--baseline", help="auto: run a baseline when none matches; ledger: only a recorded one; skip.")]
+# a choice, so a typo is a usage error (exit 2) before anything reads a checkpoint or reaches a host
+BaselineOpt = Annotated[Literal["auto", "ledger", "skip"],
+                        typer.Option("--baseline", help="auto: run a baseline when none matches; ledger: only a recorded one; skip.")]
 
 
 def command_output(ctx: typer.Context, json_mode: bool) -> Output:

@@ -25,19 +25,32 @@ class Output:
     environ: Mapping[str, str] = field(default_factory=lambda: os.environ)
 
     def __post_init__(self) -> None:
-        no_color = "NO_COLOR" in self.environ
         width = int(self.environ["COLUMNS"]) if self.environ.get("COLUMNS", "").isdigit() else None
-        self.out = Console(file=self.stdout, no_color=no_color, highlight=False, width=width, soft_wrap=False)
-        self.err = Console(file=self.stderr, no_color=no_color, highlight=False, width=width, soft_wrap=False)
+        self.out = self._console(self.stdout, width)
+        self.err = self._console(self.stderr, width)
 
-    def result(self, data: Any, renderable: RenderableType | None = None) -> None:
-        """The command's result: JSON under --json, otherwise the renderable (or the data as text)."""
+    def _console(self, file: IO[str], width: int | None) -> Console:
+        return Console(file=file, no_color="NO_COLOR" in self.environ, highlight=False, width=width, soft_wrap=False)
+
+    def result(self, data: Any, renderable: RenderableType | None = None, *, fit: bool = True) -> None:
+        """The command's result: JSON under --json, otherwise the renderable (or the data as text).
+        `fit=False` prints the renderable at its natural width, past the terminal's (`-o wide`):
+        long lines rather than cells folded into a narrow column."""
         if self.json_mode:
             self.stdout.write(json.dumps(data, indent=2, sort_keys=True, default=str) + "\n")
+        elif renderable is not None and not fit:
+            natural = self.out.measure(renderable, options=self.out.options.update_width(1 << 16)).maximum
+            self._console(self.stdout, max(natural, self.out.width)).print(renderable)
         elif renderable is not None:
             self.out.print(renderable)
         else:
             self.stdout.write(str(data))
+
+    def stream(self, data: Mapping[str, Any], text: str) -> None:
+        """One record of a stream (`logs`): a JSON object on one line under --json, else the text;
+        flushed at once, so a follower sees it as it comes."""
+        self.stdout.write((json.dumps(data, sort_keys=True, default=str) if self.json_mode else text) + "\n")
+        self.stdout.flush()
 
     def raw(self, text: str) -> None:
         """Exact text to stdout (a launch script): no markup, no wrapping."""

@@ -7,16 +7,12 @@ import shlex
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Annotated
-
-import typer
+from typing import TYPE_CHECKING
 
 from specctl.cli._output import Output
 
 if TYPE_CHECKING:
     from specctl.flows.session import Context
-
-LedgerOpt = Annotated[str | None, typer.Option("--ledger", envvar="SPECCTL_LEDGER", help="Ledger file (default: the XDG data directory).")]
 
 
 @contextmanager

@@ -1,4 +1,5 @@
-"""The specctl application: wires the command groups and maps errors to exit codes (DESIGN section 11)."""
+"""The specctl application: wires the command groups and maps errors to exit codes (0 success,
+1 a check or gate failed, 2 bad input, 3 a host failed, 4 deployed but rolled back)."""
 
 from __future__ import annotations
 
@@ -21,10 +22,32 @@ app = typer.Typer(
 )
 
 
+def _version(ctx: typer.Context, value: bool) -> None:
+    """--version: the installed distribution's version, then exit."""
+    if not value:
+        return
+    from importlib.metadata import PackageNotFoundError, version
+
+    from specctl import __version__
+
+    try:
+        number = version("specctl")
+    except PackageNotFoundError:  # run from a source tree that was never installed
+        number = __version__
+    output = ctx.obj if isinstance(ctx.obj, Output) else Output()
+    output.result({"version": number}, f"specctl {number}")
+    raise typer.Exit(0)
+
+
 @app.callback()
 def _root(
     ctx: typer.Context,
     json_mode: Annotated[bool, typer.Option("--json", help="Machine-readable JSON on stdout, for every command.")] = False,
+    # the same options every command takes, given once before it: the command's own value wins
+    inventory: Annotated[str | None, typer.Option("--inventory", "-i", help="Inventory file, for every command that reaches hosts.")] = None,
+    ssh_config: Annotated[str | None, typer.Option("--ssh-config", help="ssh_config, for every command that reaches hosts.")] = None,
+    ledger: Annotated[str | None, typer.Option("--ledger", help="Ledger file, for every command that reads or writes it.")] = None,
+    version: Annotated[bool, typer.Option("--version", is_eager=True, callback=_version, help="Print the version and exit.")] = False,
 ) -> None:
     if not isinstance(ctx.obj, Output):
         ctx.obj = Output()

@@ -13,6 +13,7 @@ from specctl.cli._options import (
     HostsOpt,
     InventoryOpt,
     JsonOpt,
+    LedgerOpt,
     OfflineOpt,
     ProfileArg,
     ReasonOpt,
@@ -20,12 +21,12 @@ from specctl.cli._options import (
     command_output,
     target_hosts,
 )
-from specctl.cli._output import Output
-from specctl.cli._recording import LedgerOpt, recorded
+from specctl.cli._recording import recorded
 from specctl.constants import STARTUP_BUDGET_S
 from specctl.errors import CheckFailed, HostError
 
-ROLLED_BACK_EXIT = 4  # deployed, verify failed, rolled back (DESIGN section 11)
+ROLLED_BACK_EXIT = 4  # deployed, verify failed, rolled back
+FOLLOW_POLL_S = 1.0  # how often `logs -f` asks each host for what its log gained
 
 
 def register(app: typer.Typer) -> None:
@@ -36,7 +37,7 @@ def register(app: typer.Typer) -> None:
 def hosts(
     ctx: typer.Context,
     names: Annotated[list[str] | None, typer.Argument(help="Hosts or groups (default: every inventory host).", show_default=False)] = None,
-    inventory: InventoryOpt = None, ssh_config: SshConfigOpt = None, accept_new_host_key: AcceptOpt = False,
+    hosts_opt: HostsOpt = None, inventory: InventoryOpt = None, ssh_config: SshConfigOpt = None, accept_new_host_key: AcceptOpt = False,
     check: Annotated[bool, typer.Option("--check", help="Connect and gather facts: GPUs, CUDA, Python, engine, disk, port.")] = False,
     python: Annotated[str, typer.Option("--python", help="Interpreter to ask for Python and engine versions (default: the host's).")] = "",
     engine: Annotated[str, typer.Option("--engine", help="Engine whose version to report.")] = "sglang",
@@ -52,6 +53,7 @@ def hosts(
 
     output = command_output(ctx, json_mode)
     path = inventory_path(inventory)
+    names = [*(names or ()), *(h.strip() for h in (hosts_opt or "").split(",") if h.strip())]  # as arguments or as --hosts
     if not names:
         from specctl.profile import load_document
         from specctl.profile.inventory import Inventory
@@ -164,33 +166,51 @@ def status(ctx: typer.Context, profile: ProfileArg, hosts: HostsOpt = None, inve
 
 
 def logs(ctx: typer.Context, profile: ProfileArg, hosts: HostsOpt = None, inventory: InventoryOpt = None, ssh_config: SshConfigOpt = None,
+         accept_new_host_key: AcceptOpt = False,
          lines: Annotated[int, typer.Option("-n", "--lines", help="Lines from the end.")] = 50,
-         follow: Annotated[bool, typer.Option("-f", "--follow", help="Keep printing new lines (Ctrl-C stops).")] = False) -> None:
-    """The server log of the current release on each host."""
+         follow: Annotated[bool, typer.Option("-f", "--follow", help="Keep printing new lines (Ctrl-C stops).")] = False,
+         json_mode: JsonOpt = False) -> None:
+    """The server log of the current release on each host; with --json, one object per line: host, line."""
+    from specctl.cli._logtail import LogTail
     from specctl.flows.servers import Reach
     from specctl.profile import load_profile
     from specctl.release import release as rel
 
-    output: Output = ctx.obj
+    output = command_output(ctx, json_mode)
     p = load_profile(profile, check_files=False).model
     name = p.metadata.name
-    targets = []
-    for host in target_hosts(p.hosts, hosts, inventory):
-        t, root = Reach(ssh_config).open(host)
+    reach = Reach(ssh_config, accept_new_host_key)
+    tails: list[tuple[str, LogTail]] = []
+    for spec in target_hosts(p.hosts, hosts, inventory):
+        t, root = reach.open(spec)
         run_id = rel.linked(t, root, name)
         if run_id:
-            targets.append((host, rel.Release(t, root, name, run_id)))
-    seen: dict[str, int] = {}
-    while True:
-        for host, current in targets:
-            text = (current.transport.read(current.path(rel.LOG)) or b"").decode(errors="replace").splitlines()
-            start = seen.get(host.name, max(0, len(text) - lines))
-            for line in text[start:]:
-                output.raw(f"{host.name} | {line}\n" if len(targets) > 1 else line + "\n")
-            seen[host.name] = len(text)
-        if not follow:
-            return
-        time.sleep(1.0)
+            tails.append((spec.name, LogTail(t, rel.Release(t, root, name, run_id).path(rel.LOG))))
+        else:
+            output.hint(f"{spec.name}: {name} has no current release")
+
+    def show(host: str, line: str) -> None:
+        output.stream({"host": host, "line": line}, f"{host} | {line}" if len(tails) > 1 else line)
+
+    try:
+        while True:
+            for where, tail in tails:
+                for line in tail.read(lines):
+                    show(where, line)
+            if not follow:
+                break
+            _pause()
+    except KeyboardInterrupt:  # how -f ends: quietly, with the shell's code for SIGINT
+        raise typer.Exit(130) from None
+    for where, tail in tails:
+        last = tail.rest()
+        if last is not None:
+            show(where, last)
+
+
+def _pause() -> None:
+    """Between two reads of a followed log."""
+    time.sleep(FOLLOW_POLL_S)
 
 
 def stop(ctx: typer.Context, profile: ProfileArg, hosts: HostsOpt = None, inventory: InventoryOpt = None,
@@ -216,7 +236,7 @@ def stop(ctx: typer.Context, profile: ProfileArg, hosts: HostsOpt = None, invent
 
 
 def unlock(ctx: typer.Context, profile: ProfileArg, hosts: HostsOpt = None, inventory: InventoryOpt = None,
-           reason: ReasonOpt = None, ledger: LedgerOpt = None, ssh_config: SshConfigOpt = None,
+           reason: ReasonOpt = None, ledger: LedgerOpt = None, ssh_config: SshConfigOpt = None, accept_new_host_key: AcceptOpt = False,
            force: Annotated[bool, typer.Option("--force", help="Remove the lock even though its holder may still run.")] = False,
            json_mode: JsonOpt = False) -> None:
     """Remove a stale lock, showing whose it was; refused while its holder runs unless --force. Recorded in the ledger."""
@@ -228,7 +248,7 @@ def unlock(ctx: typer.Context, profile: ProfileArg, hosts: HostsOpt = None, inve
     loaded = load_profile(profile, check_files=False)
     p = loaded.model
     targets = target_hosts(p.hosts, hosts, inventory)
-    with recorded(output, ledger=ledger, reason=reason, ssh_config=ssh_config) as rc:
+    with recorded(output, ledger=ledger, reason=reason, ssh_config=ssh_config, accept_new_host_key=accept_new_host_key) as rc:
         run_id, removed = unlock_flow(rc, p.model_dump(mode="json", by_alias=True), loaded.sha256, targets, force=force)
     output.result({"run": run_id, "unlocked": removed},
                   "\n".join(f"{h}: removed lock of {lock.describe(w)}" if w else f"{h}: not locked" for h, w in removed.items()))

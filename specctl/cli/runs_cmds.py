@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import typer
 
-from specctl.cli._options import JsonOpt, command_output
-from specctl.cli._recording import LedgerOpt
+from specctl.cli._options import InventoryOpt, JsonOpt, LedgerOpt, command_output
+from specctl.errors import InputError
 
 if TYPE_CHECKING:
     from specctl.ledger.ledger import Run
@@ -26,28 +25,30 @@ def register(app: typer.Typer) -> None:
         app.command(fn.__name__)(fn)
 
 
-def _fmt(value: float | None, digits: int = 3) -> str:
-    return "-" if value is None else f"{value:.{digits}g}"
-
-
 def runs(ctx: typer.Context,
          profile: Annotated[str | None, typer.Option("--profile", help="Only this profile (name).")] = None,
-         host: Annotated[str | None, typer.Option("--host", help="Only runs on this host.")] = None,
-         kind: Annotated[str | None, typer.Option("--kind", help="deploy, verify, baseline, rollback or unlock.")] = None,
+         hosts: Annotated[str | None, typer.Option("--hosts", "--host", help="Only runs on these hosts or groups, comma-separated.")] = None,
+         kind: Annotated[str | None, typer.Option("--kind", help="deploy, verify, baseline, rollback, unlock or tune.")] = None,
          limit: Annotated[int, typer.Option("--limit", help="The newest N runs.")] = 50,
+         out: Annotated[Literal["normal", "wide"], typer.Option("-o", "--output", help="normal: what fits the terminal; wide: every column.")] = "normal",
          plot: Annotated[bool, typer.Option("--plot", help="Chart accept length and throughput over time, per profile.")] = False,
          plot_file: Annotated[Path | None, typer.Option("--plot-file", help="Also write the chart as an HTML report.")] = None,
-         ledger: LedgerOpt = None, json_mode: JsonOpt = False) -> None:
-    """The ledger's runs, oldest first."""
-    from rich.table import Table
+         inventory: InventoryOpt = None, ledger: LedgerOpt = None, json_mode: JsonOpt = False) -> None:
+    """The ledger's runs, oldest first. The short run ids shown are accepted by show, diff and rollback --to."""
+    from datetime import UTC, datetime
 
     from specctl.cli.charts import html_report, terminal_chart
-    from specctl.ledger.history import metrics, trend
+    from specctl.cli.views import runs_view
+    from specctl.ledger.history import brief, metrics, short_ids, trend
+    from specctl.ledger.ledger import KINDS
 
     output = command_output(ctx, json_mode)
+    if kind is not None and kind not in KINDS:
+        raise InputError(f"--kind {kind!r} is not a kind of run", fix=f"use one of: {', '.join(KINDS)}")
+    names = _host_names(hosts, inventory)
     book = _open(ledger)
     try:
-        found = book.runs(profile=profile, host=host, kind=kind, limit=limit)
+        found = _runs(book, profile=profile, hosts=names, kind=kind, limit=limit)
     finally:
         book.close()
     if plot or plot_file:
@@ -56,34 +57,53 @@ def runs(ctx: typer.Context,
             plot_file.write_text(html_report(series))
         output.result({"series": series, **({"report": str(plot_file)} if plot_file else {})}, terminal_chart(series))
         return
-    table = Table("run", "kind", "profile", "hosts", "status", "verdict", "accept len", "tok/s", "speedup", "started",
-                  title=f"runs ({book.path})", title_justify="left")
-    for r in found:
-        m = metrics(r)
-        verdict = "-" if r.passed is None else ("pass" if r.passed else "FAIL")
-        table.add_row(r.id, r.kind + (f" <- {r.parent}" if r.parent else ""), f"{r.profile} v{r.profile_version}" if r.profile else "-",
-                      ",".join(r.hosts), r.status, verdict, _fmt(m["accept_length"]), _fmt(m["decode_tokens_per_s"], 4),
-                      _fmt(m["speedup"]), r.started_at[:19].replace("T", " "))
-    output.result({"runs": [{**_brief(r), **metrics(r)} for r in found]}, table)
+    rows = [{**brief(r), **metrics(r)} for r in found]
+    short = short_ids([r.id for r in found] + [r.parent for r in found if r.parent])
+    output.result({"runs": rows}, runs_view(rows, title=f"runs ({book.path})", wide=out == "wide", width=output.out.width,
+                                            now=datetime.now(UTC), short=short), fit=out != "wide")
 
 
-def _brief(r: Run) -> dict[str, Any]:
-    return {"id": r.id, "kind": r.kind, "profile": r.profile, "version": r.profile_version, "hosts": r.hosts, "status": r.status,
-            "passed": r.passed, "parent": r.parent, "started_at": r.started_at, "finished_at": r.finished_at}
+def _host_names(hosts: str | None, inventory: str | None) -> list[str]:
+    """--hosts as host names, a group standing for its members when an inventory names it (a host
+    the inventory no longer lists still has its runs)."""
+    names = [h.strip() for h in hosts.split(",") if h.strip()] if hosts else []
+    if not names:
+        return []
+    from specctl.hosts.inventory import inventory_path
+
+    path = inventory_path(inventory)
+    groups: dict[str, list[str]] = {}
+    if path is not None:
+        from specctl.profile import load_document
+        from specctl.profile.inventory import Inventory
+
+        groups = dict(load_document(path, Inventory, "Inventory").model.groups)
+    return list(dict.fromkeys(member for name in names for member in groups.get(name, [name])))
 
 
-def show(ctx: typer.Context, run: Annotated[str, typer.Argument(help="Run id (or a unique prefix).")],
+def _runs(book: Any, *, profile: str | None, hosts: list[str], kind: str | None, limit: int) -> list[Run]:
+    """The newest `limit` runs that match, oldest first; a run on any of `hosts` counts once."""
+    if len(hosts) <= 1:
+        found: list[Run] = book.runs(profile=profile, host=hosts[0] if hosts else None, kind=kind, limit=limit)
+        return found
+    merged = {r.id: r for host in hosts for r in book.runs(profile=profile, host=host, kind=kind, limit=limit)}
+    ordered = sorted(merged.values(), key=lambda r: (r.started_at, r.id))  # the ledger's own order
+    return ordered[-limit:] if limit else ordered
+
+
+def show(ctx: typer.Context, run: Annotated[str, typer.Argument(help="Run id, a unique prefix, or the short id `runs` shows.")],
          ledger: LedgerOpt = None, json_mode: JsonOpt = False) -> None:
     """One run, whole: inputs, command, hosts with their facts, commands, measurements and verdicts."""
     from rich.console import Group
     from rich.pretty import Pretty
 
     from specctl.cli.views import stages_view, verdict_view
+    from specctl.ledger.history import find_run
 
     output = command_output(ctx, json_mode)
     book = _open(ledger)
     try:
-        found = book.get(run)
+        found = find_run(book, run)
     finally:
         book.close()
     head = (f"{found.id}  {found.kind}  {found.profile} v{found.profile_version}  {found.status}\n"
@@ -100,31 +120,18 @@ def show(ctx: typer.Context, run: Annotated[str, typer.Argument(help="Run id (or
     output.result(found.to_dict(), Group(*views))
 
 
-def diff(ctx: typer.Context, run_a: Annotated[str, typer.Argument(help="First run id.")],
-         run_b: Annotated[str, typer.Argument(help="Second run id.")], ledger: LedgerOpt = None, json_mode: JsonOpt = False) -> None:
+def diff(ctx: typer.Context, run_a: Annotated[str, typer.Argument(help="First run (id, prefix or short id).")],
+         run_b: Annotated[str, typer.Argument(help="Second run (id, prefix or short id).")], ledger: LedgerOpt = None,
+         json_mode: JsonOpt = False) -> None:
     """Two runs side by side: profile fields, capture, rendered commands, host facts, measurements."""
-    from rich.console import Group
-    from rich.table import Table
-
-    from specctl.ledger.history import run_diff
+    from specctl.cli.views import diff_view
+    from specctl.ledger.history import find_run, run_diff
 
     output = command_output(ctx, json_mode)
     book = _open(ledger)
     try:
-        a, b = book.get(run_a), book.get(run_b)
+        a, b = find_run(book, run_a), find_run(book, run_b)
     finally:
         book.close()
     changes = run_diff(a, b)
-    views: list[Any] = []
-    for section in ("profile", "capture", "facts", "measurements"):
-        table = Table("field", a.id, b.id, title=section, title_justify="left")
-        for row in changes[section]:
-            table.add_row(row["field"], json.dumps(row["a"]), json.dumps(row["b"]))
-        views.append(table if changes[section] else f"{section}: no difference")
-    for c in changes["commands"]:
-        views.append(f"command, node {c['node']}:\n  " + "\n  ".join(c["changed"]))
-    if not changes["commands"]:
-        views.append("commands: no difference")
-    output.result({"a": a.id, "b": b.id, **changes}, Group(*views))
-
-
+    output.result({"a": a.id, "b": b.id, **changes}, diff_view(a.id, b.id, changes))

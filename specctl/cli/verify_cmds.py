@@ -12,6 +12,7 @@ from specctl.cli._options import (
     HostsOpt,
     InventoryOpt,
     JsonOpt,
+    LedgerOpt,
     OfflineOpt,
     ProfileArg,
     ReasonOpt,
@@ -19,7 +20,7 @@ from specctl.cli._options import (
     command_output,
     target_hosts,
 )
-from specctl.cli._recording import LedgerOpt, recorded
+from specctl.cli._recording import recorded
 from specctl.errors import CheckFailed, HostError, InputError
 
 
@@ -58,8 +59,7 @@ def baseline(ctx: typer.Context, profile: ProfileArg, hosts: HostsOpt = None, in
              accept_new_host_key: AcceptOpt = False, json_mode: JsonOpt = False, offline: OfflineOpt = False) -> None:
     """Serve the profile's target without speculation on each host, measure it on the profile's
     workload and record it; verify divides by it. The profile's own server is restarted after."""
-    from rich.table import Table
-
+    from specctl.cli.views import baseline_view
     from specctl.flows import static
     from specctl.flows.baseline import baseline as baseline_flow
     from specctl.verdict import gates
@@ -75,17 +75,14 @@ def baseline(ctx: typer.Context, profile: ProfileArg, hosts: HostsOpt = None, in
             tput = gates.throughput(measured)
             rows.append({"host": host.name, "run": run_id, "requests": len(measured.generations),
                          "decode_tokens_per_s": tput.to_dict() if tput else None})
-    table = Table("host", "baseline run", "requests", "decode tok/s (95% interval)", title="baseline", title_justify="left")
-    for r in rows:
-        t = r["decode_tokens_per_s"] or {}
-        table.add_row(r["host"], r["run"], str(r["requests"]), f"{t.get('estimate', 0):.1f} [{t.get('low', 0):.1f}, {t.get('high', 0):.1f}]")
-    output.result({"baselines": rows}, table)
+    output.result({"baselines": rows}, baseline_view(rows))
 
 
 def rollback(ctx: typer.Context,
              profile: Annotated[str | None, typer.Argument(help="Profile name or file (default: from --to or the newest deploy).", show_default=False)] = None,
              hosts: HostsOpt = None, inventory: InventoryOpt = None,
-             to: Annotated[str | None, typer.Option("--to", metavar="RUN|PROFILE@VERSION", help="The release to go back to.")] = None,
+             to: Annotated[str | None, typer.Option("--to", metavar="RUN|PROFILE@VERSION",
+                                                    help="The release to go back to: a run (id, prefix or short id) or PROFILE@VERSION.")] = None,
              reason: ReasonOpt = None, ledger: LedgerOpt = None, ssh_config: SshConfigOpt = None,
              accept_new_host_key: AcceptOpt = False, json_mode: JsonOpt = False) -> None:
     """Restart a stored release (default: the newest verified one that is not current), verify it,
@@ -121,7 +118,9 @@ def _rollback_target(profile: str | None, to: str | None, book) -> tuple[str, st
                 raise InputError(f"--to {to!r}: the version after @ must be a number", fix="for example --to my-profile@3")
             to_version = int(version)
         elif to:
-            run = book.get(to)
+            from specctl.ledger.history import find_run
+
+            run = find_run(book, to)
             name, to_run = run.profile, (run.host_records[0].release if run.host_records and run.host_records[0].release else run.id)
         if not name:
             deploys = book.runs(kind="deploy")

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import json
+from collections.abc import Callable, Mapping, Sequence
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from rich.console import Group, RenderableType
@@ -112,21 +114,38 @@ def verdict_view(host: str, verdict: dict[str, object] | None) -> RenderableType
     return Group(*blocks)
 
 
+def reports_view(hosts: Sequence[Mapping[str, Any]]) -> RenderableType:
+    """Each host's verdict (the HostReport data a deploy, verify or rollback prints under --json),
+    and the verdict of the release it rolled back to."""
+    views: list[RenderableType] = []
+    for r in hosts:
+        verdict = r.get("verdict")
+        views.append(verdict_view(r["host"], verdict) if verdict and verdict.get("gates") is not None else Text(f"{r['host']}: {r['detail']}"))
+        if r.get("rolled_back_to"):
+            views.append(Text(f"{r['host']}: rolled back to {r['rolled_back_to']}"))
+            views.append(verdict_view(r["host"], r.get("rollback_verdict")))
+    return Group(*views)
+
+
 def show_reports(output: Output, reports: Sequence[HostReport], title: str) -> None:
     """Every host's verdict for people, or the reports as JSON."""
-    views: list[RenderableType] = []
-    for r in reports:
-        views.append(verdict_view(r.host, r.verdict) if r.verdict and r.verdict.get("gates") is not None else f"{r.host}: {r.detail}")
-        if r.rolled_back_to:
-            views.append(f"{r.host}: rolled back to {r.rolled_back_to}")
-            views.append(verdict_view(r.host, r.rollback_verdict))
-    output.result({"title": title, "hosts": [r.__dict__ for r in reports]}, Group(*views))
+    hosts = [r.__dict__ for r in reports]
+    output.result({"title": title, "hosts": hosts}, reports_view(hosts))
+
+
+def baseline_view(rows: Sequence[Mapping[str, Any]]) -> RenderableType:
+    """Each host's baseline run with its decode throughput (the data `baseline --json` prints)."""
+    from rich.table import Table
+
+    table = Table("host", "baseline run", "requests", "decode tok/s (95% interval)", title="baseline", title_justify="left")
+    for r in rows:
+        t = r["decode_tokens_per_s"] or {}
+        table.add_row(r["host"], r["run"], str(r["requests"]), f"{t.get('estimate', 0):.1f} [{t.get('low', 0):.1f}, {t.get('high', 0):.1f}]")
+    return table
 
 
 def stages_view(events: Sequence[Any]) -> RenderableType:
     """A run's stage boundaries per host: each stage with how it ended and how long it took."""
-    from datetime import datetime
-
     from rich.table import Table
 
     table = Table("host", "stage", "result", "took", "detail", title="stages", title_justify="left")
@@ -143,3 +162,110 @@ def stages_view(events: Sequence[Any]) -> RenderableType:
         style = {"failed": "bold red", "undo-failed": "bold red", "undone": "yellow"}.get(e.event, "")
         table.add_row(e.host, e.stage, Text(e.event, style=style), took, Text(e.detail or ""))
     return table
+
+
+def ago(at: str, now: datetime) -> str:
+    """An ISO time as people say it relative to now: "12 s ago", "3 min ago", "5 h ago", "2 d ago"."""
+    seconds = max(0, int((now - _when(at)).total_seconds()))
+    for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
+        if seconds >= size:
+            return f"{seconds // size} {unit} ago"
+    return f"{seconds} s ago"
+
+
+def _when(at: str) -> datetime:
+    return datetime.fromisoformat(at.replace("Z", "+00:00"))
+
+
+def _fixed(value: object, digits: int = 2, suffix: str = "") -> str:
+    if not isinstance(value, (int, float)):
+        return "-"
+    return (f"{value:.0f}" if abs(value) >= 100 else f"{value:.{digits}f}") + suffix
+
+
+def _result(row: Mapping[str, Any]) -> str:
+    """A run's verdict where it judged something, else how it ended."""
+    if row.get("passed") is not None:
+        return "pass" if row["passed"] else "FAIL"
+    status = str(row["status"])
+    return "ok" if status == "succeeded" else status
+
+
+def runs_view(rows: Sequence[Mapping[str, Any]], *, title: str, wide: bool, width: int, now: datetime,
+              short: Mapping[str, str]) -> RenderableType:
+    """The ledger's runs (the data `runs --json` prints), one a line. Narrow: the short id (which
+    `show`, `diff` and `rollback --to` take back), how long ago, kind, profile and version, the
+    verdict, accept length and tokens/s; columns go, least needed first, until the table fits the
+    terminal, and no cell is ever cut short. `wide`: every column, whole ids, absolute times."""
+    from rich import box
+    from rich.table import Table
+
+    def when(row: Mapping[str, Any]) -> str:
+        return _when(row["started_at"]).strftime("%Y-%m-%d %H:%M:%S")
+
+    def took(row: Mapping[str, Any]) -> str:
+        if not row.get("finished_at"):
+            return "-"
+        return f"{(_when(row['finished_at']) - _when(row['started_at'])).total_seconds():.0f} s"
+
+    def kind(row: Mapping[str, Any], name: Mapping[str, str]) -> str:
+        parent = row.get("parent")  # "←", one column narrower than "<-": a rollback's row still fits 80
+        return str(row["kind"]) + (f" ← {name.get(parent, parent)}" if parent else "")
+
+    def profile(row: Mapping[str, Any]) -> str:
+        return f"{row['profile']} v{row['version']}" if row.get("profile") else "-"
+
+    whole = {r["id"]: r["id"] for r in rows}
+    columns: list[tuple[str, Callable[[Mapping[str, Any]], str]]] = [
+        ("run", lambda r: str(r["id"])), ("kind", lambda r: kind(r, whole)), ("profile", profile),
+        ("hosts", lambda r: ",".join(r["hosts"]) or "-"), ("status", lambda r: str(r["status"])),
+        ("verdict", lambda r: "-" if r.get("passed") is None else ("pass" if r["passed"] else "FAIL")),
+        ("accept len", lambda r: _fixed(r.get("accept_length"))), ("acceptance", lambda r: _fixed(r.get("acceptance_rate"))),
+        ("tok/s", lambda r: _fixed(r.get("decode_tokens_per_s"))), ("speedup", lambda r: _fixed(r.get("speedup"), suffix="x")),
+        ("TTFT s", lambda r: _fixed(r.get("ttft_s"), 3)), ("started (UTC)", when), ("took", took),
+    ] if wide else [
+        ("run", lambda r: short.get(r["id"], str(r["id"]))), ("when", lambda r: ago(r["started_at"], now)),
+        ("kind", lambda r: kind(r, short)), ("profile", profile), ("result", _result),
+        ("accept", lambda r: _fixed(r.get("accept_length"))), ("tok/s", lambda r: _fixed(r.get("decode_tokens_per_s"))),
+    ]
+    cells = [[show(r) for _, show in columns] for r in rows]
+    names = [name for name, _ in columns]
+    if not wide:
+        for dropped in ("when", "tok/s", "accept"):  # least needed first
+            widths = [max([len(n), *(len(row[i]) for row in cells)]) for i, n in enumerate(names)]
+            if sum(widths) + 2 * (len(names) - 1) <= width:
+                break
+            i = names.index(dropped)
+            names.pop(i)
+            for row in cells:
+                row.pop(i)
+    numeric = {"accept len", "acceptance", "tok/s", "speedup", "TTFT s", "accept", "took"}
+    table = Table(box=box.HEAVY_HEAD if wide else None, pad_edge=wide, header_style="bold")
+    for name in names:
+        table.add_column(name, justify="right" if name in numeric else "left", overflow="fold")
+    for row in cells:
+        table.add_row(*row)
+    return Group(Text(title, overflow="fold"), table)  # a title of its own: a long ledger path never narrows the table
+
+
+def _value(value: object) -> str:
+    """A diffed value as JSON, a measured float to four significant digits."""
+    return f"{value:.4g}" if isinstance(value, float) else json.dumps(value)
+
+
+def diff_view(a: str, b: str, changes: Mapping[str, Any]) -> RenderableType:
+    """What differs between two runs (the data `diff --json` prints): profile fields, capture, host
+    facts and measurements side by side, then the launch command's changed arguments."""
+    from rich.table import Table
+
+    views: list[RenderableType] = []
+    for section in ("profile", "capture", "facts", "measurements"):
+        table = Table("field", a, b, title=section, title_justify="left")
+        for row in changes[section]:
+            table.add_row(row["field"], _value(row["a"]), _value(row["b"]))
+        views.append(table if changes[section] else Text(f"{section}: no difference"))
+    for c in changes["commands"]:
+        views.append(Text(f"command, node {c['node']}:\n  " + "\n  ".join(c["changed"])))
+    if not changes["commands"]:
+        views.append(Text("commands: no difference"))
+    return Group(*views)

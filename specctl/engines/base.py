@@ -29,7 +29,7 @@ class Convention:
     """How one engine version maps drafter-config ids to capture positions for one architecture.
 
     Position p is the residual stream entering decoder layer p: p = canonical layer + 1, and 0 is
-    the embedding output (DESIGN section 4).
+    the embedding output.
     """
 
     engine: str
@@ -97,7 +97,7 @@ class ParseAnswer:
 
 @dataclass(frozen=True)
 class ProbeReport:
-    """What the engine installed for an interpreter said about itself (DESIGN section 4, step 1)."""
+    """What the engine installed for an interpreter said about itself."""
 
     python: str
     version: str | None

@@ -1,4 +1,4 @@
-"""Rollback (DESIGN section 9): restart an exact stored release, verify it again, move `current`
+"""Rollback: restart an exact stored release, verify it again, move `current`
 (and `known-good` when it passes). The default target is the newest release on that host whose
 verdict passed and which is not current; the host's own files say which those are."""
 

@@ -67,7 +67,7 @@ def _convention(inputs: Inputs, assume: str | None) -> tuple[Convention | None, 
 
 def check(profile_path: Path | str, *, offline: bool = False, assume_convention: str | None = None,
           engine_python: str | None = None) -> CheckReport:
-    """Static checks; with `engine_python` the installed engine is asked (DESIGN section 4, step 1)."""
+    """Static checks; with `engine_python` the installed engine is asked."""
     inputs = gather(profile_path, offline=offline, assume_convention=assume_convention)
     if engine_python:
         from specctl.flows.probe import with_probe

@@ -1,4 +1,4 @@
-"""Verify one running release (DESIGN section 7): static checks against the host's facts, drift of
+"""Verify one running release: static checks against the host's facts, drift of
 the live server against the release's plan, and the live measurement with its gates.
 
 Verify always works from what the release directory holds (its resolved profile, plan and pinned

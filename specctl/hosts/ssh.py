@@ -1,9 +1,16 @@
 """SSH hosts through paramiko, the way the user's own `ssh` would reach them.
 
-Honours `~/.ssh/config` (Host aliases, HostName, User, Port, IdentityFile, ProxyJump,
-UserKnownHostsFile), the SSH agent and known_hosts. An unknown host key is refused unless the
-caller accepts new keys (then it is added to known_hosts); a changed key is always refused, with
-both fingerprints. Connecting is retried with backoff; commands are not.
+fabric reads the ssh_config (Host aliases, HostName, User, Port, IdentityFile, ConnectTimeout,
+UserKnownHostsFile, ProxyCommand, and ProxyJump with `user@host:port` hops) and the inventory's
+explicit fields win over it; specctl then opens every hop itself, first hop first, each with its
+own known_hosts and specctl's host-key policy, and runs commands over its own channel code.
+fabric's `Connection` would do neither safely: it accepts unknown keys on every hop (paramiko's
+AutoAddPolicy), never loads known_hosts, opens `ProxyJump a,b` as b then a, waits on a jump host's
+channel without a timeout, and puts a command's environment into its command line.
+
+An unknown host key is refused unless the caller accepts new keys (then it is added to
+known_hosts); a changed key is always refused, with both fingerprints, on a jump host as on the
+target. Connecting is retried with backoff; commands are not.
 """
 
 from __future__ import annotations
@@ -11,17 +18,20 @@ from __future__ import annotations
 import base64
 import hashlib
 import os
+import select
 import shlex
 import socket
+import subprocess
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NoReturn
 
+import fabric  # type: ignore[import-untyped]
 import paramiko
 
-from specctl.errors import ConnectionLost, HostError
+from specctl.errors import ConnectionLost, HostError, InputError
 from specctl.hosts.transport import Completed, Transport
 
 CONNECT_TIMEOUT_S = 10.0
@@ -34,42 +44,96 @@ _ENV_WRAPPER = ('while IFS= read -r line; do name=${line%%=*}; value=$(printf %s
 
 @dataclass(frozen=True)
 class SshTarget:
-    """Where and how to connect, after ~/.ssh/config is applied."""
+    """Where and how to connect, after the ssh_config and the inventory's explicit fields are applied.
+
+    `jumps` are the ProxyJump hosts in the order they are reached: the first one by its own route
+    (its own ProxyJump or ProxyCommand, as `ssh -J` does), each next one through the one before.
+    `proxy_command` is set only when there are no jumps (`ssh` takes the first of the two).
+    """
 
     alias: str
     hostname: str
     port: int = 22
     user: str | None = None
     identity_files: tuple[str, ...] = ()
-    proxy_jump: str | None = None
+    proxy_jump: str | None = None  # as written in the ssh_config or the inventory
     known_hosts: tuple[str, ...] = ()
+    proxy_command: str | None = None  # with %h, %p and friends already expanded
+    connect_timeout_s: float | None = None  # ConnectTimeout; None: SshOptions.connect_timeout_s
+    jumps: tuple[SshTarget, ...] = ()
+
+    def route(self) -> tuple[SshTarget, ...]:
+        """Every host an SSH connection is opened to on the way here, this one last."""
+        if not self.jumps:
+            return (self,)
+        return (*self.jumps[0].route(), *self.jumps[1:], self)
 
 
 @dataclass(frozen=True)
 class SshOptions:
     """How strict to be, and where the user's SSH files are."""
 
-    config_path: str | None = None  # default ~/.ssh/config
+    config_path: str | None = None  # like `ssh -F`; default ~/.ssh/config, then /etc/ssh/ssh_config
     accept_new_host_key: bool = False
-    connect_timeout_s: float = CONNECT_TIMEOUT_S
+    connect_timeout_s: float = CONNECT_TIMEOUT_S  # where the ssh_config gives no ConnectTimeout
     extra: Mapping[str, Any] = field(default_factory=dict)
 
 
 def resolve(alias: str, options: SshOptions, overrides: Mapping[str, Any] | None = None) -> SshTarget:
-    """Apply ~/.ssh/config to an alias (or hostname), then the inventory's explicit fields."""
-    config = paramiko.SSHConfig()
-    path = Path(options.config_path or Path.home() / ".ssh" / "config").expanduser()
-    if path.exists():
-        config = paramiko.SSHConfig.from_path(str(path))
-    entry = config.lookup(alias)
-    o = dict(overrides or {})
-    known = entry.get("userknownhostsfile", "~/.ssh/known_hosts").split()
+    """Apply the ssh_config to an alias (or a hostname, or `user@host:port`), then the inventory's
+    explicit fields (hostname, user, port, identity_file, proxy_jump); ProxyJump hops are resolved
+    from the same ssh_config."""
+    return _resolve(alias, _ssh_config(options), dict(overrides or {}), own_route=True, seen=())
+
+
+def _ssh_config(options: SshOptions) -> Any:
+    """A fabric Config holding the parsed ssh_config files, and none of fabric's own config files."""
+    path = Path(options.config_path).expanduser() if options.config_path is not None else None
+    if path is not None and not path.is_file():
+        raise InputError(f"ssh_config {options.config_path} not found",
+                         fix="pass --ssh-config (or SPECCTL_SSH_CONFIG) an existing file, or leave it out for ~/.ssh/config")
+    # lazy: none of fabric's own files (/etc/fabric.yaml, ~/.fabric.yaml); a runtime path alone, as `ssh -F`
+    config = fabric.Config(lazy=True, runtime_ssh_path=str(path) if path else None)
+    config.load_ssh_config()
+    return config
+
+
+def _none(value: str | None) -> str | None:
+    return None if value is None or value.strip().lower() == "none" else value.strip()
+
+
+def _resolve(spec: str, config: Any, o: Mapping[str, Any], *, own_route: bool, seen: tuple[str, ...]) -> SshTarget:
+    """One host: fabric looks it up (the shorthand's user and port win over the ssh_config, as in
+    `ssh -J`), the overrides win over both. A jump host other than the first has no route of its own."""
+    try:
+        # gateway=False: fabric would build the ProxyJump hops itself, in reverse order and with AutoAddPolicy
+        conn = fabric.Connection(spec, config=config, gateway=False)
+    except ValueError as exc:  # e.g. a ConnectTimeout that is not a whole number
+        raise InputError(f"ssh_config entry for {spec}: {exc}", fix="fix the entry in the ssh_config") from None
+    entry: Mapping[str, Any] = conn.ssh_config  # paramiko's lookup; read directly, as fabric's connect_kwargs
+    #                                            leak one host's IdentityFile into the next sharing its Config
+    hostname = str(o.get("hostname") or conn.host)
+    jump = _none(o.get("proxy_jump") or entry.get("proxyjump")) if own_route else None
+    jumps: tuple[SshTarget, ...] = ()
+    if jump:
+        hops = [h.strip().removeprefix("ssh://") for h in jump.split(",") if h.strip()]
+        first = fabric.connection.derive_shorthand(hops[0])["host"]
+        if first in (conn.original_host, hostname):
+            jump = None  # a Host pattern that matches its own jump host: reach it directly, as ssh does
+        elif first in seen:
+            raise InputError(f"ProxyJump loops: {' -> '.join((*seen, conn.original_host, first))}",
+                             fix=f"set `ProxyJump none` in the ssh_config's Host block for {first}")
+        else:
+            jumps = (_resolve(hops[0], config, {}, own_route=True, seen=(*seen, conn.original_host)),
+                     *(_resolve(hop, config, {}, own_route=False, seen=()) for hop in hops[1:]))
+    identity = [o["identity_file"]] if o.get("identity_file") else entry.get("identityfile", [])
+    known = str(entry.get("userknownhostsfile", "~/.ssh/known_hosts")).split()
     return SshTarget(
-        alias=alias, hostname=o.get("hostname") or entry.get("hostname", alias),
-        port=int(o.get("port") or entry.get("port", 22)), user=o.get("user") or entry.get("user"),
-        identity_files=tuple(os.path.expanduser(p) for p in ([o["identity_file"]] if o.get("identity_file") else entry.get("identityfile", []))),
-        proxy_jump=o.get("proxy_jump") or entry.get("proxyjump"),
+        alias=spec, hostname=hostname, port=int(o.get("port") or conn.port), user=o.get("user") or conn.user,
+        identity_files=tuple(os.path.expanduser(p) for p in identity), proxy_jump=jump,
         known_hosts=tuple(os.path.expanduser(p) for p in known),
+        proxy_command=_none(entry.get("proxycommand")) if own_route and not jumps else None,
+        connect_timeout_s=float(conn.connect_timeout) if conn.connect_timeout else None, jumps=jumps,
     )
 
 
@@ -78,63 +142,140 @@ def fingerprint(key: paramiko.PKey) -> str:
     return "SHA256:" + base64.b64encode(digest).decode().rstrip("=")
 
 
-class _KnownHostsPolicy(paramiko.MissingHostKeyPolicy):  # type: ignore[misc]
-    """Unknown key: refuse, or record it when the user said --accept-new-host-key."""
+def _which(jump: str | None, hostname: str) -> str:
+    """How a message names the host it is about: the target by its address, a jump host by name too."""
+    return f"jump host {jump} ({hostname})" if jump else hostname
 
-    def __init__(self, target: SshTarget, accept_new: bool) -> None:
-        self.target = target
+
+class _KnownHostsPolicy(paramiko.MissingHostKeyPolicy):  # type: ignore[misc]
+    """Unknown key: refuse, or record it when the user said --accept-new-host-key. Set on the client of
+    every hop; a changed key never gets here (paramiko raises BadHostKeyException for it).
+
+    Args:
+        alias: the host being reached, for the error's `host`.
+        hop: the host this client connects to (the target or one of its jump hosts).
+        jump: the jump host's name, or None when `hop` is the target.
+    """
+
+    def __init__(self, alias: str, hop: SshTarget, accept_new: bool, jump: str | None = None) -> None:
+        self.alias = alias
+        self.hop = hop
         self.accept_new = accept_new
+        self.jump = jump
 
     def missing_host_key(self, client: paramiko.SSHClient, hostname: str, key: paramiko.PKey) -> None:
         if not self.accept_new:
-            raise HostError(f"{self.target.alias}: unknown host key {key.get_name()} {fingerprint(key)} for {hostname}",
-                            host=self.target.alias,
+            raise HostError(f"{self.alias}: unknown host key {key.get_name()} {fingerprint(key)} for {_which(self.jump, hostname)}",
+                            host=self.alias,
                             fix="verify the fingerprint, then add it to known_hosts (ssh-keyscan) or pass --accept-new-host-key")
         client.get_host_keys().add(hostname, key.get_name(), key)
-        path = Path(self.target.known_hosts[0] if self.target.known_hosts else "~/.ssh/known_hosts").expanduser()
+        path = Path(self.hop.known_hosts[0] if self.hop.known_hosts else "~/.ssh/known_hosts").expanduser()
         path.parent.mkdir(parents=True, exist_ok=True)
         with path.open("a", encoding="utf-8") as handle:
             handle.write(f"{hostname} {key.get_name()} {key.get_base64()}\n")
 
 
+class _ProxyCommand(paramiko.ProxyCommand):  # type: ignore[misc]
+    """paramiko's, except that a command that exited reads as end of file (paramiko's keeps reading
+    nothing until a timeout) and close() reaps the process and its pipes."""
+
+    def recv(self, size: int) -> bytes:
+        ready, _, _ = select.select([self.process.stdout], [], [], self.timeout)
+        if not ready:
+            raise socket.timeout()
+        data = os.read(self.process.stdout.fileno(), size)
+        if not data:
+            raise EOFError(f"ProxyCommand exited: {' '.join(self.cmd)}")
+        return data
+
+    def close(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+        try:
+            self.process.wait(timeout=5)
+        except subprocess.TimeoutExpired:  # a proxy that ignores SIGTERM
+            self.process.kill()
+            self.process.wait()
+        for pipe in (self.process.stdin, self.process.stdout, self.process.stderr):
+            if pipe is not None:
+                pipe.close()
+
+
+class _Unreachable(Exception):
+    """One connect attempt failed at a hop; transient, so the attempt is retried."""
+
+    def __init__(self, where: str, cause: BaseException) -> None:
+        super().__init__(f"{where}: {cause or type(cause).__name__}" if where else f"{cause or type(cause).__name__}")
+
+
 class SshRunner:
-    """Runs argv on one host over a lazily opened, reused connection."""
+    """Runs argv on one host over a lazily opened, reused connection (through its jump hosts)."""
 
     def __init__(self, target: SshTarget, options: SshOptions) -> None:
         self.target = target
         self.options = options
-        self._client: paramiko.SSHClient | None = None
-        self._jump: SshRunner | None = None
+        self._route = target.route()
+        self._clients: list[paramiko.SSHClient | None] = [None] * len(self._route)  # one per hop; the target's last
         self._was_connected = False
 
-    def _connect_once(self) -> paramiko.SSHClient:
-        t = self.target
+    def _hop_client(self, i: int) -> paramiko.SSHClient:
+        """Open hop i of the route: through hop i-1's direct-tcpip channel, its ProxyCommand, or directly."""
+        t, hop = self.target, self._route[i]
+        jump = hop.alias if i < len(self._route) - 1 else None
+        where = f"jump host {hop.alias} ({hop.hostname}:{hop.port})" if jump else \
+            f"from {self._route[i - 1].alias} to {hop.hostname}:{hop.port}" if i else ""
+        timeout = hop.connect_timeout_s or self.options.connect_timeout_s
         client = paramiko.SSHClient()
-        for path in t.known_hosts:
+        for path in hop.known_hosts:
             if Path(path).exists():
                 client.load_host_keys(path)  # also where accepted keys are saved by paramiko's own save()
-        client.set_missing_host_key_policy(_KnownHostsPolicy(t, self.options.accept_new_host_key))
-        sock = None
-        if t.proxy_jump:
-            self._jump = SshRunner(resolve(t.proxy_jump, self.options), self.options)
-            transport = self._jump.client().get_transport()
-            assert transport is not None
-            sock = transport.open_channel("direct-tcpip", (t.hostname, t.port), ("127.0.0.1", 0),
-                                          timeout=self.options.connect_timeout_s)
+        client.set_missing_host_key_policy(_KnownHostsPolicy(t.alias, hop, self.options.accept_new_host_key, jump))
+        self._clients[i] = client  # so that close() also ends a half-open hop (and its ProxyCommand)
         try:
-            client.connect(t.hostname, port=t.port, username=t.user, key_filename=list(t.identity_files) or None,
-                           timeout=self.options.connect_timeout_s, banner_timeout=self.options.connect_timeout_s,
-                           auth_timeout=self.options.connect_timeout_s, sock=sock, allow_agent=True, look_for_keys=True)
+            sock: Any = None
+            if i:
+                before = self._clients[i - 1]
+                previous = before.get_transport() if before is not None else None
+                assert previous is not None
+                sock = previous.open_channel("direct-tcpip", (hop.hostname, hop.port), ("", 0), timeout=timeout)
+            elif hop.proxy_command:
+                sock = _ProxyCommand(hop.proxy_command)
+            client.connect(hop.hostname, port=hop.port, username=hop.user, key_filename=list(hop.identity_files) or None,
+                           timeout=timeout, banner_timeout=timeout, auth_timeout=timeout, sock=sock,
+                           allow_agent=True, look_for_keys=True)
         except paramiko.BadHostKeyException as exc:
             raise HostError(
-                f"{t.alias}: the host key CHANGED for {exc.hostname}: expected {fingerprint(exc.expected_key)}, "
+                f"{t.alias}: the host key CHANGED for {_which(jump, exc.hostname)}: expected {fingerprint(exc.expected_key)}, "
                 f"got {fingerprint(exc.key)}", host=t.alias,
                 fix="if the host was really reinstalled, remove the old key (ssh-keygen -R) after verifying the new one; "
                     "specctl never accepts a changed key") from None
         except paramiko.AuthenticationException as exc:
-            raise HostError(f"{t.alias}: authentication failed as {t.user or 'the default user'}: {exc}", host=t.alias,
+            on = f" on {_which(jump, hop.hostname)}" if jump else ""
+            raise HostError(f"{t.alias}: authentication failed as {hop.user or 'the default user'}{on}: {exc}", host=t.alias,
                             fix="check User and IdentityFile in ~/.ssh/config, or load the key into ssh-agent") from None
+        except (OSError, socket.timeout, paramiko.SSHException, EOFError) as exc:
+            raise _Unreachable(where, exc) from exc
         return client
+
+    def _connect_once(self) -> paramiko.SSHClient:
+        """Open what of the route is not open, first hop first; a jump host still connected is reused,
+        and every hop after one opened anew is opened anew too (its tunnel went with the old one)."""
+        reopen = False
+        for i in range(len(self._route)):
+            current = self._clients[i]
+            transport = current.get_transport() if current is not None else None
+            if reopen or transport is None or not transport.is_active():
+                if current is not None:
+                    current.close()
+                self._hop_client(i)
+                reopen = True
+        client = self._clients[-1]
+        assert client is not None
+        return client
+
+    @property
+    def _client(self) -> paramiko.SSHClient | None:
+        return self._clients[-1]
 
     def client(self) -> paramiko.SSHClient:
         current = self._client.get_transport() if self._client is not None else None
@@ -144,17 +285,22 @@ class SshRunner:
         delay = BACKOFF_S
         for attempt in range(1, CONNECT_ATTEMPTS + 1):
             try:
-                self._client = self._connect_once()
+                client = self._connect_once()
                 self._was_connected = True
-                return self._client
+                return client
             except HostError:
+                self.close()
                 raise  # host keys and authentication are answers, not transient failures
-            except (OSError, socket.timeout, paramiko.SSHException, EOFError) as exc:
+            except _Unreachable as exc:
+                self.close()  # the next attempt starts from the first hop: a jump host may be what broke
                 if attempt == CONNECT_ATTEMPTS:
+                    t = self.target
+                    via = f" through {' -> '.join(j.alias for j in self._route[:-1])}" if t.jumps else \
+                        f" through ProxyCommand `{t.proxy_command}`" if t.proxy_command else ""
                     error = ConnectionLost if self._was_connected else HostError  # lost and not back, or never there
-                    raise error(f"{self.target.alias}: cannot connect to {self.target.hostname}:{self.target.port} "
-                                    f"after {attempt} attempts: {exc or type(exc).__name__}", host=self.target.alias,
-                                    fix="check that the host is up and sshd listens there (ssh -v " f"{self.target.alias})") from None
+                    raise error(f"{t.alias}: cannot connect to {t.hostname}:{t.port}{via} after {attempt} attempts: {exc}",
+                                host=t.alias, fix=f"check that {'the host and its jump hosts are' if t.jumps else 'the host is'} up "
+                                                  f"and sshd listens there (ssh -v {t.alias})") from None
                 time.sleep(delay)
                 delay *= 2
         raise AssertionError("unreachable")
@@ -205,17 +351,17 @@ class SshRunner:
         """Forget the broken connection (the next command opens a new one) and say what was running."""
         if self._client is not None:
             self._client.close()
-        self._client = None
+        self._clients[-1] = None  # the jump hosts stay open when they still are: the next connect reuses them
         cause = f": {exc}" if exc else ""
         raise ConnectionLost(f"{self.target.alias}: the connection broke during `{command[:80]}`{cause}", host=self.target.alias,
                              fix="check the host and the network; `specctl status` shows what runs there once it answers")
 
     def close(self) -> None:
-        if self._client is not None:
-            self._client.close()
-            self._client = None
-        if self._jump is not None:
-            self._jump.close()
+        for i in reversed(range(len(self._clients))):  # the target first, then the hops it was tunnelled through
+            client = self._clients[i]
+            if client is not None:
+                client.close()
+                self._clients[i] = None
 
 
 def _dies(transport: paramiko.Transport, within_s: float = 2.0) -> bool:

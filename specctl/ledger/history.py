@@ -4,9 +4,36 @@ each profile's measured values over time. Plain data in and out; `runs`, `show` 
 from __future__ import annotations
 
 import difflib
+import re
+from collections import Counter
+from collections.abc import Iterable
 from typing import Any
 
-from specctl.ledger.ledger import Run
+from specctl.errors import InputError
+from specctl.ledger.ledger import Ledger, Run
+
+SHORT_ID = re.compile(r"[0-9a-f]{6}")  # the random suffix of a run id (20261130T210811Z-53f951)
+
+
+def short_ids(ids: Iterable[str]) -> dict[str, str]:
+    """The short form `runs` shows for each id: its random suffix, which `find_run` takes back;
+    the whole id where two of them share a suffix (or it has none)."""
+    suffix = {i: i.rsplit("-", 1)[-1] for i in ids}
+    counts = Counter(suffix.values())
+    return {i: s if "-" in i and counts[s] == 1 and SHORT_ID.fullmatch(s) else i for i, s in suffix.items()}
+
+
+def find_run(book: Ledger, ref: str) -> Run:
+    """A run by id, unique id prefix, or the short id `runs` shows (its last six hex digits)."""
+    if SHORT_ID.fullmatch(ref):
+        rows = book.db.execute("SELECT id FROM runs WHERE id LIKE ? OR id LIKE ?", (f"%-{ref}", f"{ref}%")).fetchall()
+        matches = sorted({str(row[0]) for row in rows})
+        if len(matches) > 1:
+            raise InputError(f"{ref!r} matches {len(matches)} runs: {', '.join(matches[:5])}",
+                             fix="give more of the run id (`specctl runs -o wide` shows whole ids)")
+        if matches:
+            return book.get(matches[0])
+    return book.get(ref)
 
 
 def metrics(run: Run) -> dict[str, float | None]:
@@ -21,6 +48,13 @@ def metrics(run: Run) -> dict[str, float | None]:
                 out[key] = value.get("estimate") if isinstance(value, dict) else None
             break
     return out
+
+
+def brief(run: Run) -> dict[str, Any]:
+    """A run's identity and outcome, as `runs` lists it (with `metrics` beside it)."""
+    return {"id": run.id, "kind": run.kind, "profile": run.profile, "version": run.profile_version, "hosts": run.hosts,
+            "status": run.status, "passed": run.passed, "parent": run.parent, "started_at": run.started_at,
+            "finished_at": run.finished_at}
 
 
 def flatten(value: Any, prefix: str = "") -> dict[str, Any]:

@@ -1,4 +1,4 @@
-"""The run ledger (DESIGN section 8): local-first SQLite, one transaction per state change.
+"""The run ledger: local-first SQLite, one transaction per state change.
 
 Every deploy, verify, baseline, rollback and unlock is a row in `runs`, opened as `running` and
 closed as succeeded, failed or killed; what happened on each host is a row in `run_hosts`. The

@@ -1,4 +1,4 @@
-"""Static checks (DESIGN section 5): each turns Inputs and the capture resolution into Findings.
+"""Static checks: each turns Inputs and the capture resolution into Findings.
 
 Every code here is stable; CODES documents them and the tests cover each with a passing and a
 failing case. Checks never raise for bad input: they report it.

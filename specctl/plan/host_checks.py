@@ -1,4 +1,4 @@
-"""Static checks against a host's facts (DESIGN section 7, static part): what `check` cannot know
+"""Static checks against a host's facts: what `check` cannot know
 without the host. Pure: facts in, findings out."""
 
 from __future__ import annotations

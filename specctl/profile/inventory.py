@@ -1,4 +1,4 @@
-"""The Inventory (`hosts.yaml`, DESIGN section 3.3): hosts by name and groups of them."""
+"""The Inventory (`hosts.yaml`): hosts by name and groups of them."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The DrafterManifest: the drafter's training contract (DESIGN section 3.2).
+"""The DrafterManifest: the drafter's training contract.
 
 `capture.layers` is in the CANONICAL frame: 0-based decoder layers whose output was captured, or
 `embedding`, in concatenation order. Engine frames are translated to and from it in `plan/capture`.

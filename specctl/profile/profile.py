@@ -1,4 +1,4 @@
-"""The Profile: what to serve (DESIGN section 3.1). Pure, frozen data; the first stage of the flow."""
+"""The Profile: what to serve. Pure, frozen data; the first stage of the flow."""
 
 from __future__ import annotations
 

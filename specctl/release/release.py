@@ -1,4 +1,4 @@
-"""One release on one host (DESIGN section 6): `<root>/<profile>/releases/<run-id>/` with the launch
+"""One release on one host: `<root>/<profile>/releases/<run-id>/` with the launch
 script, environment, resolved inputs and drafter overlay; `current` and `known-good` symlinks that
 are switched with a rename; a detached server whose process group is its pid."""
 
@@ -208,14 +208,16 @@ def startup_budget(release: Release, default_s: float) -> float:
     return default_s if seconds is None else min(default_s, max(60.0, 3 * seconds + 30))
 
 
-# Whether a process group still has a live process. A group whose processes have all exited but
+# Whether a process group still has a live thread. A group whose processes have all exited but
 # wait to be reaped (zombies: a container's init reaps late, or never) is gone; `kill -0` alone
-# would call it alive. awk exits 1 when no live member is found, 2 on an error (then: alive).
+# would call it alive. Threads, not processes: a process whose main thread has exited shows as a
+# zombie while its other threads (a server's listening socket among them) still run. awk exits 1
+# when no live member is found, 2 on an error (then: alive).
 _ALIVE = r"""
 alive_group() {
   kill -0 "-$1" 2>/dev/null || return 1
   awk -v g="$1" '{ sub(/.*\) /, ""); if ($3 == g && $1 != "Z") { found = 1; exit } } END { exit !found }' \
-    /proc/[0-9]*/stat 2>/dev/null
+    /proc/[0-9]*/task/[0-9]*/stat 2>/dev/null
   [ $? -ne 1 ]
 }
 """
@@ -238,7 +240,7 @@ find_servers() {
     s=${s##*) }; g=$(echo "$s" | cut -d' ' -f3)
     v=$(tr '\0' '\n' <"$e" 2>/dev/null | grep -F -- "$prefix" | head -n 1)
     id=${v#"$prefix"}; id=${id%%/*}
-    [ -n "$g" ] && [ -n "$id" ] && echo "$id $g"
+    [ -n "$g" ] && [ -n "$id" ] && alive_group "$g" && echo "$id $g"
   done
 }
 """

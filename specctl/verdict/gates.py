@@ -57,10 +57,13 @@ def accept_length(m: Measurement, *, sequential: bool = False, planned_n: int = 
 
 
 def acceptance_rate(m: Measurement, *, sequential: bool = False, planned_n: int = 0) -> stats.Interval | None:
-    """Σ accepted drafts / Σ proposed drafts."""
+    """Σ accepted drafts / Σ proposed drafts: a proportion, so its interval stays inside [0, 1]."""
     spec = [g for g in m.generations if g.spec_num_proposed_drafts]
-    return _interval([float(g.spec_num_correct_drafts or 0) for g in spec], [float(g.spec_num_proposed_drafts or 0) for g in spec],
-                     sequential=sequential, planned_n=planned_n, level=stats.LEVEL)
+    accepted = [float(g.spec_num_correct_drafts or 0) for g in spec]
+    proposed = [float(g.spec_num_proposed_drafts or 0) for g in spec]
+    if sequential:
+        return stats.proportion_sequence(accepted, proposed, planned_n=planned_n)
+    return stats.proportion_interval(accepted, proposed)
 
 
 def throughput(m: Measurement, *, sequential: bool = False, planned_n: int = 0, level: float = stats.LEVEL) -> stats.Interval | None:

@@ -8,6 +8,12 @@ Accept length and throughput are ratios of sums over requests (Σ tokens / Σ ve
 - `sequential`: a confidence sequence (Robbins' normal mixture, in the asymptotic form of
   Waudby-Smith et al. 2021) that holds at every sample size at once, so verify may look after every
   request and stop as soon as the interval clears a gate without inflating its error rate.
+
+The acceptance rate (Σ accepted / Σ proposed drafts) is a proportion: a symmetric interval around
+an estimate near 1 would reach past 1 (seen: [0.602, 1.09]). Its intervals, of both kinds, are
+taken on the logit scale, where the proportion is unbounded, and mapped back, so they stay inside
+(0, 1); at the bounds themselves, where the linearised spread is zero, Wilson's score interval over
+the pooled drafts stands in.
 """
 
 from __future__ import annotations
@@ -70,6 +76,35 @@ def ratio_interval(numerators: Sequence[float], denominators: Sequence[float], l
     return Interval(ratio, ratio - half, ratio + half, n, "fixed")
 
 
+def proportion_interval(successes: Sequence[float], trials: Sequence[float], level: float = LEVEL) -> Interval | None:
+    """Fixed-sample interval of Σ successes / Σ trials, inside [0, 1]; None below MIN_SAMPLES."""
+    if len(successes) < MIN_SAMPLES:
+        return None
+    ratio, sd, n = _ratio_parts(successes, trials)
+    multiplier = t_quantile(0.5 + level / 2, n - 1)
+    low, high = _unit_bounds(ratio, sd / math.sqrt(n), multiplier, sum(trials))
+    return Interval(ratio, low, high, n, "fixed")
+
+
+def _unit_bounds(ratio: float, se: float, multiplier: float, trials: float) -> tuple[float, float]:
+    """ratio ± multiplier x se taken on the logit scale and mapped back; Wilson's score interval
+    over `trials` pooled draws where the logit or the spread is degenerate (every draft accepted,
+    none, or all requests alike)."""
+    if 0 < ratio < 1 and se > 0:
+        centre = math.log(ratio / (1 - ratio))
+        half = multiplier * se / (ratio * (1 - ratio))  # the delta method: d logit(p) / dp = 1 / (p (1 - p))
+        return _expit(centre - half), _expit(centre + half)
+    z2 = multiplier * multiplier / trials
+    centre = (ratio + z2 / 2) / (1 + z2)
+    half = multiplier * math.sqrt(ratio * (1 - ratio) / trials + z2 / (4 * trials)) / (1 + z2)
+    low, high = max(0.0, centre - half), min(1.0, centre + half)
+    return (0.0 if ratio <= 0 else low), (1.0 if ratio >= 1 else high)  # exact at the bound it estimates
+
+
+def _expit(x: float) -> float:
+    return 1 / (1 + math.exp(-x)) if x >= 0 else math.exp(x) / (1 + math.exp(x))
+
+
 def mean_interval(values: Sequence[float], level: float = LEVEL) -> Interval | None:
     return ratio_interval(values, [1.0] * len(values), level)
 
@@ -98,6 +133,21 @@ def ratio_sequence(numerators: Sequence[float], denominators: Sequence[float], *
     studentize = t_quantile(1 - alpha / 2, n - 1) / NormalDist().inv_cdf(1 - alpha / 2)
     half = studentize * sequence_radius(sd, n, alpha, mixture_rho(alpha, max(planned_n, MIN_SAMPLES)))
     return Interval(ratio, ratio - half, ratio + half, n, "sequential")
+
+
+def proportion_sequence(successes: Sequence[float], trials: Sequence[float], *, planned_n: int,
+                        level: float = LEVEL) -> Interval | None:
+    """Anytime-valid interval of Σ successes / Σ trials, inside [0, 1]: the sequence's radius
+    taken on the logit scale (as `proportion_interval` takes the fixed one)."""
+    if len(successes) < MIN_SAMPLES:
+        return None
+    ratio, sd, n = _ratio_parts(successes, trials)
+    alpha = 1 - level
+    studentize = t_quantile(1 - alpha / 2, n - 1) / NormalDist().inv_cdf(1 - alpha / 2)
+    # the radius is proportional to the spread: its multiplier of the standard error, at unit spread
+    multiplier = studentize * sequence_radius(1.0, n, alpha, mixture_rho(alpha, max(planned_n, MIN_SAMPLES))) * math.sqrt(n)
+    low, high = _unit_bounds(ratio, sd / math.sqrt(n), multiplier, sum(trials))
+    return Interval(ratio, low, high, n, "sequential")
 
 
 def quotient(top: Interval, bottom: Interval) -> Interval:

@@ -74,6 +74,8 @@ class SshLab:
     ssh_config: Path = Path()
     known_hosts: Path = Path()
     tag: str = field(default_factory=lambda: f"{os.getpid() % 10000}")
+    # the second octet of the hosts' 10.x.y.0/24 subnets: a second lab in one run needs its own (and its own tag)
+    octet: int = field(default_factory=lambda: 100 + os.getpid() % 100)
 
     def start(self, count: int) -> None:
         self.workdir.mkdir(parents=True, exist_ok=True)
@@ -85,13 +87,31 @@ class SshLab:
             self._add(f"h{i}", i)
         self.write_client_files()
 
-    def _add(self, name: str, index: int) -> None:
+    def add_host(self, name: str, *, port: int = 22) -> SshHost:
+        """One more host after start(), its sshd on `port` (namespaces only), in the client files too."""
+        assert self.use_namespaces or port == 22, "without namespaces every host has its own loopback port"
+        self._add(name, len(self.hosts), port)
+        self.write_client_files()
+        return self.hosts[name]
+
+    def only_from(self, host: SshHost, *allowed: SshHost) -> None:
+        """Drop packets to the host's sshd unless they come from `allowed` (none: from anywhere), so
+        it is reached only through them. An nftables table in the host's namespace, gone with it."""
+        assert host.namespace is not None, "a firewall of its own needs a namespace of its own"
+        rule = f"tcp dport {host.port} drop" if not allowed else \
+            f"tcp dport {host.port} ip saddr != {{ {', '.join(h.address for h in allowed)} }} drop"
+        script = (f"table inet specctl_lab {{\n  chain input {{\n    type filter hook input priority 0; policy accept;\n"
+                  f"    {rule}\n  }}\n}}\n")
+        subprocess.run(["ip", "netns", "exec", host.namespace, "nft", "-f", "-"], input=script.encode(), check=True,
+                       capture_output=True)
+
+    def _add(self, name: str, index: int, port: int = 22) -> None:
         hostdir = self.workdir / name
         hostdir.mkdir()
         _run("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(hostdir / "host_key"))
         if self.use_namespaces:
             ns, outside, inside = f"sc{self.tag}h{index}", f"sc{self.tag}h{index}a", f"sc{self.tag}h{index}b"
-            subnet = f"10.{100 + os.getpid() % 100}.{index + 10}"  # per run, so concurrent runs never collide
+            subnet = f"10.{self.octet}.{index + 10}"  # per run, so concurrent runs never collide
             _remove_stale(ns, outside, subnet)
             _run("ip", "netns", "add", ns)
             _run("ip", "link", "add", outside, "type", "veth", "peer", "name", inside)
@@ -104,7 +124,7 @@ class SshLab:
             # a route through this machine, so the hosts reach each other (multi-node rendezvous)
             _run("ip", "netns", "exec", ns, "ip", "route", "add", "default", "via", f"{subnet}.1")
             _run("sysctl", "-qw", "net.ipv4.ip_forward=1")
-            host = SshHost(name, f"{subnet}.2", 22, hostdir / "root", ns)
+            host = SshHost(name, f"{subnet}.2", port, hostdir / "root", ns)
         else:
             host = SshHost(name, "127.0.0.1", _free_port(), hostdir / "root", None)
         host.root.mkdir()

@@ -155,7 +155,10 @@ def test_a_server_that_exited_but_waits_to_be_reaped_is_not_running(tmp_path: Pa
     rel.materialize(r, {"launch.sh": (b"true\n", 0o755)})
     zombie = subprocess.Popen(["setsid", "sh", "-c", "exit 0"])  # not waited for: a zombie once it exits
     try:
-        time.sleep(0.5)
+        deadline = time.monotonic() + 10
+        while Path(f"/proc/{zombie.pid}/stat").read_text().rsplit(") ", 1)[1][0] != "Z":
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
         assert subprocess.run(["sh", "-c", 'kill -0 "-$1"', "sh", str(zombie.pid)]).returncode == 0  # still "there"
         (Path(r.dir) / rel.PID).write_text(f"{zombie.pid}\n")
         assert rel.servers(t, r.base) == []

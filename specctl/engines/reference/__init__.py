@@ -1,4 +1,4 @@
-"""The reference engine: a CPU rehearsal of SGLang's EAGLE-3 speculative decoding (DESIGN section 10).
+"""The reference engine: a CPU rehearsal of SGLang's EAGLE-3 speculative decoding.
 
 A small Llama-style target and an EAGLE-3 drafter in torch (`model`), greedy chain drafting with
 verification and the same per-request counters as sglang 0.5.23 (`speculate`), a byte-level

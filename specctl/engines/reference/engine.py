@@ -1,7 +1,7 @@
 """The reference engine as specctl sees it: SGLang's flags, conventions and HTTP API, started as
 `python -m specctl.engines.reference` instead of `python -m sglang.launch_server`.
 
-Only the rendered command differs from a real sglang deploy (DESIGN section 10). A profile names
+Only the rendered command differs from a real sglang deploy. A profile names
 it with `engine.name: reference` and `engine.version` = the sglang version it emulates. This
 module must not import torch: it sits on the path of `check` and `render`.
 """

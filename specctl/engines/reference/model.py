@@ -6,7 +6,7 @@ same kind of thing specctl deploys on a GPU host. Weights are stored in bfloat16
 repository small, but the engine computes in float64: greedy decoding is then exact enough that
 speculative and plain decoding agree token for token although they batch the work differently.
 
-Capture frame (DESIGN section 4): position p is the residual stream entering decoder layer p, so
+Capture frame: position p is the residual stream entering decoder layer p, so
 position 0 is the embedding output and position L + 1 is the output of layer L. `Target.forward`
 returns positions 0..N-1, the ones sglang's Llama loop can capture.
 """

@@ -1,0 +1,140 @@
+"""`runs`, `show` and `diff` on a real ledger: a table that fits 80 columns without cutting a cell,
+short run ids that are accepted back, relative times, `-o wide`, and filters that refuse typos."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from specctl.ledger.ledger import Ledger
+
+
+def _summary(accept: float | None, rate: float | None, tput: float) -> dict[str, Any]:
+    return {"summary": {"accept_length": {"estimate": accept} if accept else None,
+                        "acceptance_rate": {"estimate": rate} if rate else None,
+                        "decode_tokens_per_s": {"estimate": tput}}}
+
+
+def seed_story(path: Path) -> list[str]:
+    """The demo's story as runs: deploy v1, baseline, deploy v2 (failed), rollback <- deploy v2, unlock;
+    started 3 h, 1 h, 20 min, 19 min and 5 s ago, on host `gpu-node-07` of group `fleet`."""
+    book, now = Ledger(path), datetime.now(UTC)
+    ago = [timedelta(hours=3), timedelta(hours=1), timedelta(minutes=20), timedelta(minutes=19), timedelta(seconds=5)]
+    story = [("deploy", 1, "succeeded", True, _summary(3.57, 0.84, 1172.4)), ("baseline", 1, "succeeded", True, _summary(None, None, 1004.2)),
+             ("deploy", 2, "failed", False, _summary(1.92, 0.31, 726.0)), ("rollback", 1, "succeeded", True, _summary(3.55, 0.84, 1150.0)),
+             ("unlock", 1, "succeeded", None, None)]
+    ids: list[str] = []
+    for (kind, version, status, passed, verdict), back in zip(story, ago, strict=True):
+        started = now - back
+        run_id = started.strftime("%Y%m%dT%H%M%SZ") + f"-{len(ids):x}5e9a{len(ids) + 1:x}"
+        book.begin(run_id, kind, command="specctl x", profile={"metadata": {"name": "tiny-llama-demo", "version": version}},
+                   hosts=["gpu-node-07"], parent=ids[2] if kind == "rollback" else None)
+        if verdict:
+            book.record_host(run_id, "gpu-node-07", verdict=verdict, passed=passed)
+        book.finish(run_id, status, verdict=None if passed is None else {"passed": passed})
+        book.db.execute("UPDATE runs SET started_at = ? WHERE id = ?", (started.strftime("%Y-%m-%dT%H:%M:%S.%fZ"), run_id))
+        ids.append(run_id)
+    book.close()
+    return ids
+
+
+@pytest.fixture
+def ledger(tmp_path: Path) -> tuple[str, list[str]]:
+    path = tmp_path / "ledger.db"
+    return str(path), seed_story(path)
+
+
+def test_runs_fit_80_columns_without_cutting_a_cell(cli: Any, ledger: tuple[str, list[str]], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("COLUMNS", "80")
+    path, ids = ledger
+    result = cli("runs", "--ledger", path)
+    assert result.code == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert "…" not in result.stdout and all(len(line) <= 80 for line in lines)
+    assert lines[0].startswith(f"runs ({path[:40]}")  # the ledger read, on a line of its own
+    start = next(i for i, line in enumerate(lines) if line.startswith("run "))
+    assert lines[start].split() == ["run", "when", "kind", "profile", "result", "accept", "tok/s"]
+    rows = [line.split() for line in lines[start + 1:]]
+    assert [r[0] for r in rows] == [i[-6:] for i in ids]  # short ids: the random suffix
+    assert rows[0][1:4] == ["3", "h", "ago"] and rows[2][1:4] == ["20", "min", "ago"] and rows[4][2:4] == ["s", "ago"]
+    assert " ".join(rows[3][4:]) == f"rollback ← {ids[2][-6:]} tiny-llama-demo v1 pass 3.55 1150"
+    assert " ".join(rows[2][4:]) == "deploy tiny-llama-demo v2 FAIL 1.92 726"
+    assert " ".join(rows[1][4:]) == "baseline tiny-llama-demo v1 pass - 1004"
+    assert " ".join(rows[4][4:]) == "unlock tiny-llama-demo v1 ok - -"
+
+
+def test_narrower_still_drops_columns_before_cutting(cli: Any, ledger: tuple[str, list[str]], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("COLUMNS", "60")
+    result = cli("runs", "--ledger", ledger[0])
+    header = next(line for line in result.stdout.splitlines() if line.startswith("run ")).split()
+    assert "when" not in header and header[:4] == ["run", "kind", "profile", "result"]
+    assert "…" not in result.stdout
+
+
+def test_wide_shows_every_column_and_whole_ids(cli: Any, ledger: tuple[str, list[str]], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("COLUMNS", "80")
+    path, ids = ledger
+    for flag in ("-o", "--output"):
+        result = cli("runs", "--ledger", path, flag, "wide")
+        assert result.code == 0 and "…" not in result.stdout
+        for column in ("hosts", "status", "verdict", "acceptance", "speedup", "TTFT s", "started (UTC)", "took"):
+            assert column in result.stdout
+        assert all(run_id in result.stdout for run_id in ids) and f"rollback ← {ids[2]}" in result.stdout
+        assert "gpu-node-07" in result.stdout and max(len(line) for line in result.stdout.splitlines()) > 80
+    assert cli("runs", "--ledger", path, "-o", "tall").code == 2
+
+
+def test_short_ids_are_accepted_back(cli: Any, ledger: tuple[str, list[str]]) -> None:
+    path, ids = ledger
+    shown = cli("--json", "show", ids[2][-6:], "--ledger", path)
+    assert shown.code == 0 and shown.json()["id"] == ids[2]
+    assert cli("--json", "show", ids[2][:17], "--ledger", path).json()["id"] == ids[2]  # a prefix, as before
+    diff = cli("--json", "diff", ids[0][-6:], ids[2][-6:], "--ledger", path)
+    assert diff.code == 0 and (diff.json()["a"], diff.json()["b"]) == (ids[0], ids[2])
+    missing = cli("show", "abcdef", "--ledger", path)
+    assert missing.code == 2 and "no run 'abcdef'" in missing.stderr
+
+
+def test_short_ids_fall_back_to_whole_ids_when_they_collide(tmp_path: Path) -> None:
+    from specctl.errors import InputError
+    from specctl.ledger.history import find_run, short_ids
+
+    a, b, c = "20261130T210811Z-53f951", "20261130T220811Z-53f951", "20261130T230811Z-0a0b0c"
+    assert short_ids([a, b, c, "plain"]) == {a: a, b: b, c: "0a0b0c", "plain": "plain"}
+    book = Ledger(tmp_path / "l.db")
+    for run_id in (a, b, c):
+        book.begin(run_id, "verify", command="c")
+    with pytest.raises(InputError, match="matches 2 runs"):
+        find_run(book, "53f951")
+    assert find_run(book, "0a0b0c").id == c and find_run(book, a).id == a
+    book.close()
+
+
+def test_runs_filters(cli: Any, ledger: tuple[str, list[str]], tmp_path: Path) -> None:
+    path, ids = ledger
+    typo = cli("runs", "--kind", "deplyo", "--ledger", path)
+    assert typo.code == 2 and "deploy, verify, baseline, rollback, unlock" in typo.stderr
+    assert [r["id"] for r in cli("--json", "runs", "--kind", "deploy", "--ledger", path).json()["runs"]] == [ids[0], ids[2]]
+    for flag in ("--hosts", "--host"):
+        assert len(cli("--json", "runs", flag, "gpu-node-07", "--ledger", path).json()["runs"]) == 5
+        assert cli("--json", "runs", flag, "other", "--ledger", path).json()["runs"] == []
+    assert len(cli("--json", "runs", "--hosts", "other,gpu-node-07", "--limit", "2", "--ledger", path).json()["runs"]) == 2
+    inventory = tmp_path / "hosts.yaml"
+    inventory.write_text("apiVersion: specctl/v1\nkind: Inventory\nhosts:\n  gpu-node-07: {ssh: n7}\n  gpu-node-08: {ssh: n8}\n"
+                         "groups:\n  fleet: [gpu-node-07, gpu-node-08]\n")
+    grouped = cli("--json", "runs", "--hosts", "fleet", "--inventory", str(inventory), "--ledger", path).json()["runs"]
+    assert [r["id"] for r in grouped] == ids
+
+
+def test_relative_times() -> None:
+    from specctl.cli.views import ago
+
+    now = datetime(2026, 11, 30, 21, 8, 11, tzinfo=UTC)
+    assert ago("2026-11-30T21:08:01.000000Z", now) == "10 s ago"
+    assert ago("2026-11-30T21:05:00.000000Z", now) == "3 min ago"
+    assert ago("2026-11-30T16:00:00.000000Z", now) == "5 h ago"
+    assert ago("2026-11-27T21:08:11.000000Z", now) == "3 d ago"
+    assert ago("2026-11-30T21:09:00.000000Z", now) == "0 s ago"  # another machine's clock ahead
