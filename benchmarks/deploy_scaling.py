@@ -17,6 +17,7 @@ import argparse
 import io
 import json
 import multiprocessing
+import resource
 import sys
 import threading
 import tempfile
@@ -103,13 +104,17 @@ def main() -> int:
                                          "metadata": {"name": "tiny-llama-demo", "version": 9}, "engine": {"python": str(stand_in)}}))
         common = ["--inventory", str(work / "hosts.yaml"), "--ssh-config", str(work / "ssh_config")]
         results: dict[tuple[str, int], tuple[float, float, int]] = {}
+        cpu: dict[tuple[str, int], float] = {}
         for label, profile, extra in (("full", v1, []), ("orchestration", light, ["--no-verify"])):
             for count in (1, 4, 8):
                 hosts = ",".join(f"h{i}" for i in range(count))
                 out = io.StringIO()
+                before = resource.getrusage(resource.RUSAGE_SELF)
                 start = time.perf_counter()
                 code = specctl(["--json", "deploy", str(profile), "--hosts", hosts, *extra, *common], stdout=out, stderr=io.StringIO())
                 wall = time.perf_counter() - start
+                after = resource.getrusage(resource.RUSAGE_SELF)  # specctl's own CPU: hosts and proxies are other processes
+                cpu[(label, count)] = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
                 rows = json.loads(out.getvalue())["hosts"]
                 ready = max(float(r["detail"].split("ready in ")[1].split(" s")[0]) for r in rows if r["ok"])
                 results[(label, count)] = (wall, ready, code)
@@ -118,7 +123,7 @@ def main() -> int:
         for (label, count), (wall, ready, code) in results.items():
             base = results[(label, 1)][0]
             print(f"{label:<13} {count} host(s): {wall:6.2f} s  x{wall / base:4.2f} of one host  (slowest readiness {ready:.2f} s, "
-                  f"outside it {wall - ready:.2f} s, exit {code})")
+                  f"outside it {wall - ready:.2f} s, specctl CPU {cpu[(label, count)]:.2f} s, exit {code})")
         return 0
     finally:
         for process in proxies:

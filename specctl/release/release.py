@@ -250,12 +250,22 @@ _SERVERS = _FIND + 'find_servers "$1" | sort -u'
 # Prints the run ids that were running.
 _STOP = _FIND + r"""
 limit=$1; base=$2; only=${3:-}
-find_servers "$base" | sort -u | while read -r id g; do
-  [ -n "$only" ] && [ "$id" != "$only" ] && continue
-  kill -TERM "-$g" 2>/dev/null
-  i=0; while alive_group "$g" && [ $i -lt "$limit" ]; do sleep 0.1; i=$((i+1)); done
-  alive_group "$g" && kill -KILL "-$g" 2>/dev/null
-  echo "$id"
+stop_round() {
+  find_servers "$base" | sort -u | while read -r id g; do
+    [ -n "$only" ] && [ "$id" != "$only" ] && continue
+    kill -TERM "-$g" 2>/dev/null
+    i=0; while alive_group "$g" && [ $i -lt "$limit" ]; do sleep 0.1; i=$((i+1)); done
+    alive_group "$g" && kill -KILL "-$g" 2>/dev/null
+    echo "$id"
+  done
+}
+# Until a look finds nothing (at most three rounds): a server that outlived its round is stopped again.
+round=0
+while [ $round -lt 3 ]; do
+  stopped=$(stop_round)
+  [ -n "$stopped" ] || break
+  printf '%s\n' "$stopped"
+  round=$((round + 1))
 done
 true
 """
@@ -310,8 +320,16 @@ def survey(transport: Transport, base: str) -> Survey:
 
 
 def _stop(transport: Transport, base: str, run_id: str | None, timeout_s: float) -> list[str]:
+    """Stop, then look again a moment later and stop what still answers (at most three times)."""
     argv = ["sh", "-c", _STOP, "sh", str(int(timeout_s * 10)), base, *([run_id] if run_id else [])]
-    return sorted(set(transport.run(argv, timeout_s=timeout_s + 60, retry=True).stdout.split()))
+    stopped: set[str] = set()
+    for _ in range(3):
+        found = set(transport.run(argv, timeout_s=3 * timeout_s + 60, retry=True).stdout.split())
+        stopped |= found
+        if not found:
+            break
+        time.sleep(0.3)
+    return sorted(stopped)
 
 
 def stop(release: Release, *, timeout_s: float = 30.0) -> bool:

@@ -244,7 +244,7 @@ def test_stop_finds_a_server_that_current_does_not_name(cli: Any, lab: SshLab, e
     assert state["current"] is None and [s["current"] for s in state["servers"]] == [False]
     stopped = cli("--json", "stop", env["v1"], *common[:-2])
     assert stopped.code == 0 and stopped.json()["stopped"] == {"h0": True}
-    assert status_of(cli, env, "h0")["servers"] == []
+    wait_for(lambda: status_of(cli, env, "h0")["servers"] == [], 10, "the stopped server to be gone")
 
 
 def test_a_deleted_current_release_does_not_hide_the_deploys_own_failure(cli: Any, lab: SshLab, env: dict[str, Any]) -> None:
