@@ -8,7 +8,7 @@ from __future__ import annotations
 import hashlib
 import json
 
-from specctl.errors import InputError
+from specctl.errors import HostError, InputError
 from specctl.flows.change import Change
 from specctl.flows.recorder import recording
 from specctl.flows.release_files import profile_workload, release_contents
@@ -62,6 +62,9 @@ def baseline(ctx: Context, report: CheckReport, host: HostSpec) -> tuple[str, Me
 
             walk.run([*change.stages(), Stage("measure", measure_stage)])
             walk.unwind()  # give the host back: the baseline stops, the profile's current starts again
+            if walk.undo_errors:  # measured, but the host was not given back: say so, never report success
+                raise HostError(f"{host.name}: the baseline was measured but the host was not given back: "
+                                + "; ".join(walk.undo_errors), host=host.name, fix="run `specctl status`, then deploy or roll back")
         result = measured[0]
         summary = summarize(result, None, sequential=False, planned_n=0)
         rec.host(host.name, release=rec.run_id, commands=[list(n.argv) for n in the_plan.nodes],

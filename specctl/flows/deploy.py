@@ -96,7 +96,8 @@ class Deploy:
                 walk.unwind()
                 ctx.cancel.check()
                 return HostReport(session.name, False, self.rec.run_id, f"rolled back to {change.previous or 'nothing'}: "
-                                  f"{len(self.policy.failed)} host(s) failed (max {self.policy.max_failures})", rolled_back=True)
+                                  f"{len(self.policy.failed)} host(s) failed (max {self.policy.max_failures})"
+                                  + "".join(f"; {error}" for error in walk.undo_errors), rolled_back=True)
             ready = f"ready in {change.startup_s:.1f} s" if change.startup_s is not None else f"node rank {rank}"
             result = HostReport(session.name, True, self.rec.run_id, ready)
             if self.run_verify and rank == 0:

@@ -12,6 +12,7 @@ from typing import Any
 
 from specctl.facts import host as host_facts
 from specctl.facts.host import HostFacts
+from specctl.flows.session import error_text
 from specctl.hosts.group import run_group
 from specctl.hosts.inventory import HostSpec
 from specctl.hosts.transport import Transport
@@ -76,7 +77,7 @@ def status(reach: Reach, profile: str, port: int, hosts: Sequence[HostSpec]) -> 
         return found
 
     group = run_group(hosts, one)
-    return [group.results[h.name] if h.name in group.results else HostStatus(h.name, error=_text(group.errors[h.name]))
+    return [group.results[h.name] if h.name in group.results else HostStatus(h.name, error=error_text(group.errors[h.name]))
             for h in hosts]
 
 
@@ -102,11 +103,9 @@ def stop(reach: Reach, profile: str, hosts: Sequence[HostSpec], *, command: str)
             lock.release(t, base)
 
     group = run_group(hosts, one)
-    return {h.name: group.results[h.name] if h.name in group.results else _text(group.errors[h.name]) for h in hosts}
+    return {h.name: group.results[h.name] if h.name in group.results else error_text(group.errors[h.name]) for h in hosts}
 
 
-def _text(exc: BaseException) -> str:
-    return str(getattr(exc, "message", None) or exc)
 
 
 def facts(reach: Reach, hosts: Sequence[HostSpec], *, python: str, port: int, distribution: str) -> list[dict[str, Any]]:
@@ -117,7 +116,7 @@ def facts(reach: Reach, hosts: Sequence[HostSpec], *, python: str, port: int, di
 
     group = run_group(hosts, one)
     return [{"host": h.name, "reachable": True, "facts": group.results[h.name].to_dict()} if h.name in group.results
-            else {"host": h.name, "reachable": False, "error": _text(group.errors[h.name])} for h in hosts]
+            else {"host": h.name, "reachable": False, "error": error_text(group.errors[h.name])} for h in hosts]
 
 
 def preview(reach: Reach, profile: str, version: int, hosts: Sequence[HostSpec]) -> list[dict[str, str]]:
