@@ -10,16 +10,40 @@ from typing import Any
 import pytest
 import typer
 
-from specctl.cli.app import app
+from specctl.cli.app import COMMAND_MODULES, build, named_command
 from tests.cli.test_runs import seed_story
 
 CONNECTING = ("hosts", "deploy", "status", "logs", "stop", "unlock", "verify", "baseline", "rollback")
 
 
 def _options(command: str) -> dict[str, Any]:
-    group = typer.main.get_command(app)
+    group = typer.main.get_command(build())
     cmd = group.commands[command]  # type: ignore[attr-defined]
     return {opt: param for param in cmd.params for opt in getattr(param, "opts", [])}
+
+
+def test_the_command_map_names_every_command_and_each_narrow_app_holds_its_command() -> None:
+    every = typer.main.get_command(build()).commands  # type: ignore[attr-defined]
+    assert set(every) == set(COMMAND_MODULES)
+    for command in COMMAND_MODULES:
+        narrow = typer.main.get_command(build(command)).commands  # type: ignore[attr-defined]
+        assert command in narrow and len(narrow) < len(every)
+
+
+@pytest.mark.parametrize(("args", "command"), [
+    (["check", "p.yaml"], "check"),
+    (["--json", "-i", "hosts.yaml", "--ledger", "l.db", "deploy", "p.yaml"], "deploy"),
+    (["--inventory=hosts.yaml", "runs"], "runs"),
+    (["-i", "check", "status"], "status"),  # "check" is the inventory's file name here
+    (["--help"], None), (["chekc", "p.yaml"], None), ([], None),
+])
+def test_the_named_command_skips_the_roots_options(args: list[str], command: str | None) -> None:
+    assert named_command(args) == command
+
+
+def test_a_typo_is_answered_by_the_whole_application(cli: Any) -> None:
+    result = cli("chekc", "p.yaml")
+    assert result.code == 2 and "chekc" in result.stderr
 
 
 def test_version(cli: Any) -> None:
@@ -80,7 +104,7 @@ def test_root_options_reach_every_command_that_takes_them() -> None:
     """A subcommand's --ledger, --inventory and --ssh-config fall back to the root's: each has the callback."""
     from specctl.cli._options import _or_root
 
-    group = typer.main.get_command(app)
+    group = typer.main.get_command(build())
     seen = set()
     for name, cmd in group.commands.items():  # type: ignore[attr-defined]
         for param in cmd.params:
