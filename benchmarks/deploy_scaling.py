@@ -8,7 +8,13 @@ nothing to start, and the deploy does not verify: what is left is specctl's own 
 survey, facts, release transfer, stop, start, readiness polls, switch, the run's copy). The
 proxies run in their own process, as the network would: they do not share specctl's interpreter.
 
+With --host-cpu F every host (its sshd and all it starts: shells, the server) runs in a CPU cgroup
+of its own capped at F of a core, the same cap whether one host deploys or eight, so eight hosts
+no longer compete with each other for this machine's cores as a fleet's machines never do; what
+is left to scale is specctl's own work, which shares the rest of the machine.
+
     sudo SPECCTL_LEDGER=/tmp/bench.db .venv/bin/python benchmarks/deploy_scaling.py [--latency-ms 50]
+        [--host-cpu 0.15] [--only orchestration]
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ import argparse
 import io
 import json
 import multiprocessing
+import os
 import resource
 import sys
 import threading
@@ -40,6 +47,31 @@ def _serve_proxy(upstream: tuple[str, int], delay_s: float, conn: Connection) ->
     proxy = DelayProxy(upstream, delay_s)
     conn.send(proxy.port)
     threading.Event().wait()
+
+
+CPU_CGROUPS = Path("/sys/fs/cgroup/cpu")  # cgroup v1's cpu controller, as this machine mounts it
+
+
+class HostQuota:
+    """One cgroup per host, capped at a fraction of a core; the host's sshd joins it, and every
+    process that sshd starts inherits it."""
+
+    def __init__(self, name: str, fraction: float) -> None:
+        self.path = CPU_CGROUPS / f"specctl-bench-{name}-{os.getpid()}"
+        self.path.mkdir()
+        period = int((self.path / "cpu.cfs_period_us").read_text())
+        (self.path / "cpu.cfs_quota_us").write_text(str(int(period * fraction)))
+
+    def join(self, pid: int) -> None:
+        (self.path / "cgroup.procs").write_text(str(pid))
+
+    def remove(self) -> None:
+        for _ in range(50):  # the processes are being killed; the group can go once they are gone
+            try:
+                self.path.rmdir()
+                return
+            except OSError:
+                time.sleep(0.1)
 
 
 def _proxy_process(upstream: tuple[str, int], delay_s: float) -> tuple[int, multiprocessing.Process]:
@@ -71,6 +103,8 @@ ThreadingHTTPServer(("0.0.0.0", port), Answer).serve_forever()
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--latency-ms", type=float, default=50.0)
+    parser.add_argument("--host-cpu", type=float, default=None, help="cap every host at this fraction of a core")
+    parser.add_argument("--only", choices=("full", "orchestration"), default=None)
     args = parser.parse_args()
     if not namespaces_work():
         print("needs root and network namespaces")
@@ -78,8 +112,14 @@ def main() -> int:
     work = Path(tempfile.mkdtemp())
     lab = SshLab(work / "lab", True)
     proxies: list[multiprocessing.Process] = []
+    quotas: list[HostQuota] = []
     try:
         lab.start(8)
+        if args.host_cpu is not None:
+            for host in lab.hosts.values():
+                quotas.append(HostQuota(host.name, args.host_cpu))
+                assert host.process is not None
+                quotas[-1].join(host.process.pid)
         config = lab.ssh_config.read_text()
         known = lab.known_hosts.read_text()
         lines = ["apiVersion: specctl/v1", "kind: Inventory", "hosts:"]
@@ -105,7 +145,8 @@ def main() -> int:
         common = ["--inventory", str(work / "hosts.yaml"), "--ssh-config", str(work / "ssh_config")]
         results: dict[tuple[str, int], tuple[float, float, int]] = {}
         cpu: dict[tuple[str, int], float] = {}
-        for label, profile, extra in (("full", v1, []), ("orchestration", light, ["--no-verify"])):
+        figures = (("full", v1, []), ("orchestration", light, ["--no-verify"]))
+        for label, profile, extra in [f for f in figures if args.only in (None, f[0])]:
             for count in (1, 4, 8):
                 hosts = ",".join(f"h{i}" for i in range(count))
                 out = io.StringIO()
@@ -119,7 +160,8 @@ def main() -> int:
                 ready = max(float(r["detail"].split("ready in ")[1].split(" s")[0]) for r in rows if r["ok"])
                 results[(label, count)] = (wall, ready, code)
                 specctl(["stop", str(v1), "--hosts", hosts, *common], stdout=io.StringIO(), stderr=io.StringIO())
-        print(f"added latency {args.latency_ms:.0f} ms each way on every host's SSH")
+        cap = f", every host capped at {args.host_cpu} of a core" if args.host_cpu is not None else ""
+        print(f"added latency {args.latency_ms:.0f} ms each way on every host's SSH{cap}")
         for (label, count), (wall, ready, code) in results.items():
             base = results[(label, 1)][0]
             print(f"{label:<13} {count} host(s): {wall:6.2f} s  x{wall / base:4.2f} of one host  (slowest readiness {ready:.2f} s, "
@@ -130,6 +172,8 @@ def main() -> int:
             process.kill()
             process.join()
         lab.stop()
+        for quota in quotas:
+            quota.remove()
 
 
 if __name__ == "__main__":

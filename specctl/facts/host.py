@@ -7,7 +7,7 @@ import json
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from specctl.hosts.transport import Transport
+from specctl.hosts.transport import Completed, Transport
 
 # $1 python, $2 state root, $3 port, $4 engine distribution. Prints one JSON object per fact line.
 _FACTS = r'''
@@ -54,8 +54,17 @@ class HostFacts:
         return asdict(self)
 
 
+def command(*, python: str, root: str, port: int, distribution: str) -> list[str]:
+    return ["sh", "-c", _FACTS, "sh", python, root, str(port), distribution]
+
+
 def gather(transport: Transport, *, python: str, root: str, port: int, distribution: str) -> HostFacts:
-    done = transport.run(["sh", "-c", _FACTS, "sh", python, root, str(port), distribution], check=False, timeout_s=60)
+    return read(transport.name, port, transport.run(command(python=python, root=root, port=port, distribution=distribution),
+                                                    check=False, timeout_s=60))
+
+
+def read(host: str, port: int, done: Completed) -> HostFacts:
+    """The facts a `command` printed (whatever its exit status: a fact it could not read is None)."""
     gpus, values = [], {}
     for line in done.stdout.splitlines():
         key, _, value = line.partition("=")
@@ -66,7 +75,7 @@ def gather(transport: Transport, *, python: str, root: str, port: int, distribut
             values[key] = value.strip()
     free = values.get("disk_free_kib")
     return HostFacts(
-        transport.name, tuple(gpus), values.get("cuda"), None if values.get("python") in (None, "missing") else values["python"],
+        host, tuple(gpus), values.get("cuda"), None if values.get("python") in (None, "missing") else values["python"],
         None if values.get("engine") in (None, "missing") else values["engine"],
         round(int(free) / 1024**2, 2) if free and free.isdigit() else None, port,
         {"yes": True, "no": False}.get(values.get("port_free", "")),

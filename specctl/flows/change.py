@@ -75,14 +75,16 @@ def preflight(c: Change) -> None:
     s = c.session
     t = s.transport
     s.progress("preflight")
-    seen = rel.survey(t, s.base)
+    look, facts = rel.survey_command(s.base), host_facts.command(python=c.python, root=s.root, port=c.port, distribution=c.distribution)
+    looked, found = t.run_all([look, facts], timeout_s=90, retry=True)  # both are safe to run twice
+    seen = rel.read_survey(t.checked(look, looked))
+    c.facts = host_facts.read(t.name, c.port, found)
     c.previous = seen.current
     if c.files is None:
         missing = rel.missing_files(c.release)
         if missing:
             raise HostError(f"{s.name}: release {c.release.run_id} is not whole: it lacks {', '.join(missing)}", host=s.name,
                             fix="nothing was stopped; choose another release (specctl runs) or deploy the profile again")
-    c.facts = host_facts.gather(t, python=c.python, root=s.root, port=c.port, distribution=c.distribution)
     if c.facts.port_free is False and not seen.servers:
         raise HostError(f"{s.name}: port {c.port} is in use by something other than {s.profile}", host=s.name,
                         fix="nothing was stopped; free the port, or set engine.port to another one")

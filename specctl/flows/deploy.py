@@ -15,13 +15,12 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Sequence
-from contextlib import ExitStack
 from dataclasses import dataclass, field
 
 from specctl.cancel import Cancelled
 from specctl.errors import InputError
 from specctl.flows.change import Change, NodeGate
-from specctl.flows.recorder import Recorder, recording
+from specctl.flows.recorder import Recorder, let_go_all, recording
 from specctl.flows.release_files import release_contents
 from specctl.flows.report import HostReport, profile_fields
 from specctl.flows.rollback import rollback
@@ -72,37 +71,36 @@ class Deploy:
     gate: NodeGate | None  # multi-node only
 
     def host(self, rank: int, session: HostSession) -> HostReport:
-        """One host's deploy, start to end, under its lock."""
+        """One host's deploy, start to end, under its lock (held until the run's copy is kept)."""
         ctx = self.ctx
         walk = Walk(self.rec.events(session.name), before=ctx.cancel.check)
         change: Change | None = None
         failure: BaseException | None = None
-        with ExitStack() as held:
-            try:
-                held.enter_context(session.locked(self.rec.run_id))
-                change = self.change(rank, session)
-                walk.run(change.stages())
-            except BaseException as exc:  # noqa: BLE001 - undone by the walk; every host must reach settle()
-                failure = exc
-                if self.gate is not None:
-                    self.gate.open(False)
-            keep = self.policy.settle(session.name, failure)
-            if failure is not None:
-                return self.failed(session, change, failure)
-            assert change is not None
-            if not keep or ctx.cancel.cancelled:
-                session.progress("rolling back: " + ("stopped by a signal" if ctx.cancel.cancelled else
-                                                     f"{len(self.policy.failed)} host(s) failed"))
-                walk.unwind()
-                ctx.cancel.check()
-                return HostReport(session.name, False, self.rec.run_id, f"rolled back to {change.previous or 'nothing'}: "
-                                  f"{len(self.policy.failed)} host(s) failed (max {self.policy.max_failures})"
-                                  + "".join(f"; {error}" for error in walk.undo_errors), rolled_back=True)
-            ready = f"ready in {change.startup_s:.1f} s" if change.startup_s is not None else f"node rank {rank}"
-            result = HostReport(session.name, True, self.rec.run_id, ready)
-            if self.run_verify and rank == 0:
-                self.verify(session, result)
-            return result
+        try:
+            session.hold(self.rec.run_id)  # released with the run's copy (deploy's keep_all)
+            change = self.change(rank, session)
+            walk.run(change.stages())
+        except BaseException as exc:  # noqa: BLE001 - undone by the walk; every host must reach settle()
+            failure = exc
+            if self.gate is not None:
+                self.gate.open(False)
+        keep = self.policy.settle(session.name, failure)
+        if failure is not None:
+            return self.failed(session, change, failure)
+        assert change is not None
+        if not keep or ctx.cancel.cancelled:
+            session.progress("rolling back: " + ("stopped by a signal" if ctx.cancel.cancelled else
+                                                 f"{len(self.policy.failed)} host(s) failed"))
+            walk.unwind()
+            ctx.cancel.check()
+            return HostReport(session.name, False, self.rec.run_id, f"rolled back to {change.previous or 'nothing'}: "
+                              f"{len(self.policy.failed)} host(s) failed (max {self.policy.max_failures})"
+                              + "".join(f"; {error}" for error in walk.undo_errors), rolled_back=True)
+        ready = f"ready in {change.startup_s:.1f} s" if change.startup_s is not None else f"node rank {rank}"
+        result = HostReport(session.name, True, self.rec.run_id, ready)
+        if self.run_verify and rank == 0:
+            self.verify(session, result)
+        return result
 
     def change(self, rank: int, session: HostSession) -> Change:
         p, engine = self.report.inputs.profile, self.report.inputs.engine
@@ -152,32 +150,33 @@ def deploy(ctx: Context, report: CheckReport, hosts: Sequence[HostSpec], *, max_
     sessions = [ctx.session(h, name) for h in hosts]
     the_plan = plan(report, node0_address=sessions[0].transport.address if nnodes > 1 else None)
     errors = [f.to_dict() for f in report.findings if f.severity is Severity.ERROR]
-    with recording(ctx, "deploy", hosts=[h.name for h in hosts], **profile_fields(report),
-                   inputs={"skip_check": skip_check, "check_errors": errors, "max_failures": max_failures,
-                           "capture": the_plan.capture}) as rec:
-        flow = Deploy(ctx, report, the_plan, rec, FleetPolicy(len(hosts), 0 if nnodes > 1 else max_failures), run_verify,
-                      auto_rollback, baseline_mode, NodeGate() if nnodes > 1 else None)
-        rank = {h.name: i if nnodes > 1 else 0 for i, h in enumerate(hosts)}  # every single-node host is node rank 0
-        session_of = {h.name: s for h, s in zip(hosts, sessions, strict=True)}
-        group = run_group(hosts, lambda h: flow.host(rank[h.name], session_of[h.name]), max_workers=len(hosts))
-        for error in group.errors.values():
-            raise error
-        ctx.cancel.check()
-        reports = {h: group.results[h] for h in group.results}
-        if nnodes > 1:  # one server: node rank 0's verdict is every node's
-            for h in hosts[1:]:
-                reports[h.name].verdict = reports[hosts[0].name].verdict
-        commands = [list(n.argv) for n in the_plan.nodes]
-        for h in hosts:
-            r = reports[h.name]
-            if r.ok and r.verdict is None:
-                rec.host(h.name, release=r.release, commands=commands)
-        passed = all(r.ok for r in reports.values()) and (not run_verify or all(r.passed for r in reports.values()))
-        rec.outcome.status = "succeeded" if passed else "failed"
-        rec.outcome.verdict = {"passed": passed if run_verify else None, "verified": run_verify,
-                               "hosts": {h: {"ok": r.ok, "detail": r.detail, "verdict": r.verdict, "rolled_back_to": r.rolled_back_to}
-                                         for h, r in reports.items()}}
-    for h, session in zip(hosts, sessions, strict=True):
-        if reports[h.name].ok:
-            rec.keep(session, rec.run_id)
+    try:
+        with recording(ctx, "deploy", hosts=[h.name for h in hosts], **profile_fields(report),
+                       inputs={"skip_check": skip_check, "check_errors": errors, "max_failures": max_failures,
+                               "capture": the_plan.capture}) as rec:
+            flow = Deploy(ctx, report, the_plan, rec, FleetPolicy(len(hosts), 0 if nnodes > 1 else max_failures), run_verify,
+                          auto_rollback, baseline_mode, NodeGate() if nnodes > 1 else None)
+            rank = {h.name: i if nnodes > 1 else 0 for i, h in enumerate(hosts)}  # every single-node host is node rank 0
+            session_of = {h.name: s for h, s in zip(hosts, sessions, strict=True)}
+            group = run_group(hosts, lambda h: flow.host(rank[h.name], session_of[h.name]), max_workers=len(hosts))
+            for error in group.errors.values():
+                raise error
+            ctx.cancel.check()
+            reports = {h: group.results[h] for h in group.results}
+            if nnodes > 1:  # one server: node rank 0's verdict is every node's
+                for h in hosts[1:]:
+                    reports[h.name].verdict = reports[hosts[0].name].verdict
+            commands = [list(n.argv) for n in the_plan.nodes]
+            for h in hosts:
+                r = reports[h.name]
+                if r.ok and r.verdict is None:
+                    rec.host(h.name, release=r.release, commands=commands)
+            passed = all(r.ok for r in reports.values()) and (not run_verify or all(r.passed for r in reports.values()))
+            rec.outcome.status = "succeeded" if passed else "failed"
+            rec.outcome.verdict = {"passed": passed if run_verify else None, "verified": run_verify,
+                                   "hosts": {h: {"ok": r.ok, "detail": r.detail, "verdict": r.verdict, "rolled_back_to": r.rolled_back_to}
+                                             for h, r in reports.items()}}
+        rec.keep_all([(session, rec.run_id if reports[h.name].ok else None) for h, session in zip(hosts, sessions, strict=True)])
+    finally:
+        let_go_all(sessions)  # stopped before the keep: no lock stays behind
     return [reports[h.name] for h in hosts]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from typing import Any
 
@@ -46,18 +47,37 @@ class Recorder:
                     "verdict": self.outcome.verdict, "note": "written from memory: the ledger could not be read",
                     **{k: v for k, v in self._fields.items() if k in ("hosts", "reason", "parent")}}
 
-    def keep(self, session: HostSession, release_id: str | None) -> None:
+    def keep(self, session: HostSession, release_id: str | None, *, let_go: bool = False) -> None:
         """The release directory's own copy of this run (and its newest verdict), so the history can
-        be rebuilt from the hosts."""
-        if not release_id:
+        be rebuilt from the hosts. With `let_go`, the session's hold on the lock ends in the same
+        round trip."""
+        copy = None
+        if release_id:
+            data = (json.dumps(self.snapshot(), indent=2, sort_keys=True, default=str) + "\n").encode()
+            copy = (session.release(release_id).path(f"{rel.RUNS_DIR}/{self.run_id}.json"), data)
+        if let_go:
+            session.let_go(copy)  # the ledger has the run; a copy that cannot be written is said, not raised
+        elif copy is not None:
+            try:
+                session.transport.put(*copy)
+            except HostError as exc:
+                session.progress(f"could not keep a copy of run {self.run_id}: {error_text(exc)}")
+
+    def keep_all(self, kept: Sequence[tuple[HostSession, str | None]]) -> None:
+        """`keep` on every host at once, each session's hold ending in the same round trip (one
+        after another, eight hosts waited sixteen round trips)."""
+        if not kept:
             return
-        release = session.release(release_id)
-        t = release.transport
-        try:
-            t.put(release.path(f"{rel.RUNS_DIR}/{self.run_id}.json"),
-                  (json.dumps(self.snapshot(), indent=2, sort_keys=True, default=str) + "\n").encode())
-        except HostError as exc:  # the ledger has the run; the host's copy is the spare
-            session.progress(f"could not keep a copy of run {self.run_id}: {error_text(exc)}")
+        with ThreadPoolExecutor(max_workers=len(kept)) as pool:
+            list(pool.map(lambda pair: self.keep(*pair, let_go=pair[0].holding), kept))
+
+
+def let_go_all(sessions: Sequence[HostSession]) -> None:
+    """End the hold of every session that still holds its lock (a command that stopped early)."""
+    holding = [s for s in sessions if s.holding]
+    if holding:
+        with ThreadPoolExecutor(max_workers=len(holding)) as pool:
+            list(pool.map(lambda s: s.let_go(), holding))
 
 
 def keep_verdict(release: rel.Release, passed: bool, run_id: str) -> None:

@@ -96,10 +96,13 @@ def rollback(ctx: Context, host: HostSpec, profile: str, *, to_run: str | None =
     target = choose_target(release_states(session.transport, session.root, profile), current, to_run=to_run, to_version=to_version)
     docs = session.docs(target.run_id)
     release = session.release(target.run_id)
-    with recording(ctx, "rollback", hosts=[host.name], parent=parent, profile=docs.profile.model_dump(mode="json", by_alias=True),
-                   profile_sha256=docs.summary.get("sha256"), engine=docs.profile.engine.name,
-                   engine_version=docs.profile.engine.version, inputs={"from": current, "to": target.run_id}) as rec:
-        with session.locked(rec.run_id):
+    held = False
+    try:
+        with recording(ctx, "rollback", hosts=[host.name], parent=parent, profile=docs.profile.model_dump(mode="json", by_alias=True),
+                       profile_sha256=docs.summary.get("sha256"), engine=docs.profile.engine.name,
+                       engine_version=docs.profile.engine.version, inputs={"from": current, "to": target.run_id}) as rec:
+            session.hold(rec.run_id)
+            held = True
             engine = get_engine(docs.profile.engine.name)
             change = Change(session, release, port=docs.port, python=docs.profile.engine.python,
                             distribution=engine.distribution(), startup_stages=engine.startup_stages(),
@@ -107,8 +110,12 @@ def rollback(ctx: Context, host: HostSpec, profile: str, *, to_run: str | None =
             Walk(rec.events(host.name), before=ctx.cancel.check).run(change.stages())
             mode = "auto" if report is not None and report.inputs.profile_sha256 == docs.summary.get("sha256") else "ledger"
             verdict = verify_and_record(rec, session, target.run_id, report=report, baseline_mode=mode)
-        rec.outcome.status = "succeeded" if verdict.passed else "failed"
-        rec.outcome.verdict = {"passed": verdict.passed, "from": current, "to": target.run_id, "hosts": {host.name: verdict.to_dict()}}
-    rec.keep(session, target.run_id)
+            rec.outcome.status = "succeeded" if verdict.passed else "failed"
+            rec.outcome.verdict = {"passed": verdict.passed, "from": current, "to": target.run_id, "hosts": {host.name: verdict.to_dict()}}
+        held = False
+        rec.keep(session, target.run_id, let_go=True)  # the run's copy, and the lock released, in one round trip
+    finally:
+        if held:
+            session.let_go()
     return HostReport(host.name, True, target.run_id, f"rolled back from {current} to {target.run_id}" +
                       ("" if verdict.passed else " (its verify FAILED too)"), verdict.to_dict(), target.run_id, verdict.to_dict())

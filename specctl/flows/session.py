@@ -94,22 +94,41 @@ class HostSession:
     def progress(self, stage: str) -> None:
         self.ctx.on_progress(self.name, stage)
 
-    @contextmanager
-    def locked(self, run_id: str) -> Iterator[None]:
-        """Hold the profile's host lock for the block; nested flows (a rollback inside a deploy,
-        a baseline inside a verify) share the hold of the outermost one."""
+    def hold(self, run_id: str) -> None:
+        """Take the profile's host lock, or share the hold of an outer flow (a rollback inside a
+        deploy, a baseline inside a verify); every hold ends with one `let_go`."""
         if self._lock_depth == 0:
             lock.acquire(self.transport, self.base, lock.owner(run_id, self.ctx.command))
         self._lock_depth += 1
+
+    @property
+    def holding(self) -> bool:
+        return self._lock_depth > 0
+
+    def let_go(self, last_write: tuple[str, bytes] | None = None) -> None:
+        """End a hold; the outermost one releases the lock. `last_write` (path, bytes) is written
+        either way, in the release's round trip when there is one (a run's copy is written under
+        the lock, and costs no round trip of its own)."""
+        self._lock_depth -= 1
+        releasing = self._lock_depth == 0
+        try:
+            if releasing:
+                lock.release(self.transport, self.base, last_write=last_write)
+            elif last_write is not None:
+                self.transport.put(*last_write)
+        except HostError as exc:  # the host is gone: its lock stays, and `unlock` will see our process gone
+            what = " and ".join(w for w, due in ((f"write {last_write[0]}" if last_write else "", bool(last_write)),
+                                                 ("release the lock", releasing)) if due)
+            self.progress(f"could not {what}: {error_text(exc)}")
+
+    @contextmanager
+    def locked(self, run_id: str) -> Iterator[None]:
+        """Hold the lock for the block."""
+        self.hold(run_id)
         try:
             yield
         finally:
-            self._lock_depth -= 1
-            if self._lock_depth == 0:
-                try:
-                    lock.release(self.transport, self.base)
-                except HostError as exc:  # the host is gone: its lock stays, and `unlock` will see our process gone
-                    self.progress(f"could not release the lock: {error_text(exc)}")
+            self.let_go()
 
 
 def error_text(exc: BaseException) -> str:

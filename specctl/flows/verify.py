@@ -15,7 +15,7 @@ from specctl.engines import get_engine
 from specctl.errors import InputError
 from specctl.facts import host as host_facts
 from specctl.flows.baseline import baseline_for
-from specctl.flows.recorder import Recorder, keep_verdict, recording
+from specctl.flows.recorder import Recorder, keep_verdict, let_go_all, recording
 from specctl.flows.report import HostReport, profile_fields
 from specctl.flows.session import Context, HostSession, error_text
 from specctl.flows.static import CheckReport
@@ -153,32 +153,35 @@ def verify(ctx: Context, report: CheckReport, hosts: Sequence[HostSpec], *, base
     name = p.metadata.name
     static_errors = [f for f in report.findings if f.severity is Severity.ERROR]
     reports: dict[str, HostReport] = {}
-    with recording(ctx, "verify", hosts=[h.name for h in hosts], **profile_fields(report)) as rec:
-        def one(host: HostSpec) -> HostVerdict:
-            session = ctx.session(host, name)
-            with session.locked(rec.run_id):
-                current = session.current()
-                if current is None:
-                    raise InputError(f"{host.name}: {name} has no current release",
-                                     fix=f"deploy it first: specctl deploy PROFILE --hosts {host.name}")
-                verdict = verify_and_record(rec, session, current, report=report, baseline_mode=baseline_mode,
-                                            extra_findings=static_errors)
-                summary = session.docs(current).summary
-                if summary.get("sha256") != report.inputs.profile_sha256:
-                    verdict.drift.insert(0, {"field": "profile", "expected": f"v{p.metadata.version} ({report.inputs.profile_sha256[:12]})",
-                                             "reported": f"v{summary.get('version')} ({str(summary.get('sha256'))[:12]})"})
-                return verdict
+    sessions = {h.name: ctx.session(h, name) for h in hosts}
 
-        group = run_group(hosts, one)
-        ctx.cancel.check()
-        for h in hosts:
-            if h.name in group.results:
-                v = group.results[h.name]
-                reports[h.name] = HostReport(h.name, True, v.release, "passed" if v.passed else "FAILED", v.to_dict())
-            else:
-                reports[h.name] = HostReport(h.name, False, None, error_text(group.errors[h.name]))
-        rec.outcome.status = "succeeded" if all(r.passed for r in reports.values()) else "failed"
-        rec.outcome.verdict = {"passed": rec.outcome.status == "succeeded", "hosts": {h: r.verdict for h, r in reports.items()}}
-    for h in hosts:
-        rec.keep(ctx.session(h, name), reports[h.name].release)
+    def one(rec: Recorder, host: HostSpec) -> HostVerdict:
+        session = sessions[host.name]
+        session.hold(rec.run_id)  # released with the run's copy (keep_all)
+        current = session.current()
+        if current is None:
+            raise InputError(f"{host.name}: {name} has no current release",
+                             fix=f"deploy it first: specctl deploy PROFILE --hosts {host.name}")
+        verdict = verify_and_record(rec, session, current, report=report, baseline_mode=baseline_mode, extra_findings=static_errors)
+        summary = session.docs(current).summary
+        if summary.get("sha256") != report.inputs.profile_sha256:
+            verdict.drift.insert(0, {"field": "profile", "expected": f"v{p.metadata.version} ({report.inputs.profile_sha256[:12]})",
+                                     "reported": f"v{summary.get('version')} ({str(summary.get('sha256'))[:12]})"})
+        return verdict
+
+    try:
+        with recording(ctx, "verify", hosts=[h.name for h in hosts], **profile_fields(report)) as rec:
+            group = run_group(hosts, lambda h: one(rec, h))
+            ctx.cancel.check()
+            for h in hosts:
+                if h.name in group.results:
+                    v = group.results[h.name]
+                    reports[h.name] = HostReport(h.name, True, v.release, "passed" if v.passed else "FAILED", v.to_dict())
+                else:
+                    reports[h.name] = HostReport(h.name, False, None, error_text(group.errors[h.name]))
+            rec.outcome.status = "succeeded" if all(r.passed for r in reports.values()) else "failed"
+            rec.outcome.verdict = {"passed": rec.outcome.status == "succeeded", "hosts": {h: r.verdict for h, r in reports.items()}}
+        rec.keep_all([(sessions[h.name], reports[h.name].release) for h in hosts])
+    finally:
+        let_go_all(list(sessions.values()))  # stopped before the keep: no lock stays behind
     return [reports[h.name] for h in hosts]

@@ -23,7 +23,12 @@ _START = 'cd "$1" && log="$2" && pidfile="$3" && shift 3 && setsid "$@" >>"$log"
 # Write stdin to a file through a temporary sibling and a rename: readers see old or new, never half.
 # Its directory is made when missing.
 _PUT = ('mkdir -p "$(dirname "$1")" && tmp="$1.tmp.$$" && '
-        '{ cat >"$tmp" && chmod "$2" "$tmp" && mv -f "$tmp" "$1"; } || { rm -f "$tmp"; exit 1; }')
+        '{ cat >"$tmp" && chmod "$2" "$tmp" && mv -f "$tmp" "$1"; } || { rm -f "$tmp"; false; }')
+# Several commands in one round trip, one after another, each with stdin closed. For each: a line
+# "rc out-bytes err-bytes", then its output and its error text, byte-exact.
+_ALL = ('d=$(mktemp -d) || exit 1; trap \'rm -rf "$d"\' EXIT; for c in "$@"; do '
+        'sh -c "$c" >"$d/o" 2>"$d/e" </dev/null; rc=$?; '
+        'printf "%s %s %s\\n" "$rc" $(wc -c <"$d/o") $(wc -c <"$d/e"); cat "$d/o" "$d/e"; done')
 
 
 @dataclass(frozen=True)
@@ -62,13 +67,35 @@ class Transport:
             if not retry:
                 raise
             done = self._runner(argv, timeout_s=timeout_s, env=env, stdin=stdin)
-        if check and done.rc != 0:
+        return self.checked(argv, done) if check else done
+
+    def run_all(self, commands: Sequence[Sequence[str]], *, timeout_s: float = 60.0, retry: bool = False) -> list[Completed]:
+        """Run several commands in one round trip, in order, whatever each one's exit status; each
+        result is checked by the caller (`checked`). Latency, not bandwidth, is what a fleet waits on."""
+        done = self.run(["sh", "-c", _ALL, "sh", *(shlex.join(argv) for argv in commands)], timeout_s=timeout_s, retry=retry)
+        results, rest = [], done.out
+        for argv in commands:
+            header, _, rest = rest.partition(b"\n")
+            try:
+                rc, n_out, n_err = (int(field) for field in header.split())
+            except ValueError:
+                raise HostError(f"{self.name}: `{shlex.join(argv)[:200]}` gave no result in a batch", host=self.name) from None
+            results.append(Completed(rc, rest[:n_out], rest[n_out:n_out + n_err].decode(errors="replace")))
+            rest = rest[n_out + n_err:]
+        return results
+
+    def checked(self, argv: Sequence[str], done: Completed) -> Completed:
+        """`done`, or the HostError its non-zero exit status is."""
+        if done.rc != 0:
             tail = (done.stderr or done.stdout).strip().splitlines()[-3:]
             raise HostError(f"{self.name}: `{shlex.join(argv)[:200]}` exited {done.rc}: {' | '.join(tail)}", host=self.name)
         return done
 
-    def put(self, path: str, data: bytes, *, mode: int = 0o644) -> None:
-        self.run(["sh", "-c", _PUT, "sh", path, format(mode, "o")], stdin=data, retry=True)
+    def put(self, path: str, data: bytes, *, mode: int = 0o644, then: Sequence[str] = ()) -> None:
+        """Write a file atomically. `then`: a command run in the same round trip after the write,
+        whether or not it succeeded (the write's failure is still raised)."""
+        script = _PUT if not then else f'{{ {_PUT}; }}; rc=$?; shift 2; "$@"; exit $rc'
+        self.run(["sh", "-c", script, "sh", path, format(mode, "o"), *then], stdin=data, retry=True)
 
     def read(self, path: str) -> bytes | None:
         """A file's exact bytes, or None when it cannot be read."""

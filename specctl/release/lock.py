@@ -58,8 +58,12 @@ def read(transport: Transport, base: str) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else {"unreadable": raw.decode(errors="replace")[:200]}
 
 
-def release(transport: Transport, base: str) -> None:
-    transport.run(["rm", "-f", f"{base}/lock"], check=False, retry=True)
+def release(transport: Transport, base: str, *, last_write: tuple[str, bytes] | None = None) -> None:
+    """Remove the lock; with `last_write` (path, bytes), write that file first in the same round trip."""
+    if last_write is None:
+        transport.run(["rm", "-f", f"{base}/lock"], check=False, retry=True)
+    else:
+        transport.put(*last_write, then=["rm", "-f", f"{base}/lock"])
 
 
 def holder_alive(held: dict[str, Any]) -> bool | None:

@@ -15,7 +15,7 @@ from typing import Any
 
 from specctl.constants import OVERLAY_DIR, RELEASE_DIR_VAR
 from specctl.errors import HostError
-from specctl.hosts.transport import Transport
+from specctl.hosts.transport import Completed, Transport
 from specctl.plan.plan import NodePlan, Plan
 from specctl.plan.render import quote, render_sh
 
@@ -307,9 +307,13 @@ class Survey:
     servers: list[Server]
 
 
-def survey(transport: Transport, base: str) -> Survey:
+def survey_command(base: str) -> list[str]:
     """Sweep half-written releases, and read `current` and the running servers, in one command."""
-    lines = transport.run(["sh", "-c", _SURVEY, "sh", base], retry=True).stdout.split("\n")
+    return ["sh", "-c", _SURVEY, "sh", base]
+
+
+def read_survey(done: Completed) -> Survey:
+    lines = done.stdout.split("\n")
     link = lines[0].strip()
     found = []
     for line in lines[1:]:
@@ -317,6 +321,10 @@ def survey(transport: Transport, base: str) -> Survey:
         if group.isdigit():
             found.append(Server(run_id, int(group)))
     return Survey(link.rsplit("/", 1)[-1] if link else None, found)
+
+
+def survey(transport: Transport, base: str) -> Survey:
+    return read_survey(transport.run(survey_command(base), retry=True))
 
 
 def _stop(transport: Transport, base: str, run_id: str | None, timeout_s: float) -> list[str]:

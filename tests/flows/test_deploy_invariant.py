@@ -49,6 +49,7 @@ def test_a_failure_at_any_stage_leaves_the_previous_release_serving(local: dict[
     run = cli("--json", "runs", "--kind", "deploy", *local["common"]).json()["runs"][-1]["id"]
     events = cli("--json", "show", run, *local["common"]).json()["events"]
     assert ("local", failing.replace("_", "-"), "failed") in {(e["host"], e["stage"], e["event"]) for e in events}
+    assert not (local["root"] / "lock").exists()  # a failed host's lock goes with the command
 
 
 def test_a_failure_in_verify_rolls_back_to_the_verified_release(local: dict[str, Any], cli: Any,
@@ -68,3 +69,38 @@ def test_a_failure_in_verify_rolls_back_to_the_verified_release(local: dict[str,
     assert "verify could not run: injected failure in verify" in row["detail"] and row["rolled_back_to"] == good
     state = cli("--json", "status", local["v1"]).json()["hosts"][0]
     assert state["current"] == good and state["healthy"] and [s["release"] for s in state["servers"]] == [good]
+
+
+def test_the_runs_copy_is_written_under_the_lock_and_releases_it_in_the_same_command(
+        local: dict[str, Any], cli: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    from specctl.hosts.transport import Transport
+
+    sent: list[list[str]] = []
+    run = Transport.run
+
+    def counting(self: Transport, argv: Any, **kwargs: Any) -> Any:
+        sent.append([str(a) for a in argv])
+        return run(self, argv, **kwargs)
+
+    monkeypatch.setattr(Transport, "run", counting)
+    result = cli("--json", "deploy", local["v2"], "--skip-check", "--no-verify", *local["common"])
+    assert result.code == 0, result.stdout + result.stderr
+    release = result.json()["hosts"][0]["release"]
+    last = sent[-1]
+    assert any(a.endswith(f"releases/{release}/runs/{release}.json") for a in last)
+    assert last[-3:] == ["rm", "-f", str(local["root"] / "lock")]
+    assert sum("lock" in " ".join(argv) for argv in sent) == 2  # taken once, released once
+    assert not (local["root"] / "lock").exists()
+    assert (local["root"] / "releases" / release / "runs" / f"{release}.json").is_file()
+
+
+def test_a_deploy_stopped_after_its_hosts_leaves_no_lock(local: dict[str, Any], cli: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    from specctl.flows.recorder import Recorder
+
+    def broken(self: Recorder, kept: Any) -> None:
+        raise RuntimeError("injected failure before the keep")
+
+    monkeypatch.setattr(Recorder, "keep_all", broken)
+    result = cli("--json", "deploy", local["v2"], "--skip-check", "--no-verify", *local["common"])
+    assert result.code != 0 and "injected failure before the keep" in result.stderr
+    assert not (local["root"] / "lock").exists()

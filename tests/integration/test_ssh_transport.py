@@ -96,12 +96,42 @@ def test_argv_reaches_the_host_as_plain_data(lab: SshLab, ssh_options: SshOption
     assert done.stdout.split("\0")[:-1] == words
 
 
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(batch=st.lists(st.tuples(st.lists(st.text(st.characters(blacklist_characters="\x00", blacklist_categories=("Cs",)), max_size=12),
+                                         max_size=3), st.integers(0, 3)), min_size=1, max_size=4))
+def test_a_batch_gives_each_command_its_own_bytes_and_status(lab: SshLab, ssh_options: SshOptions,
+                                                            batch: list[tuple[list[str], int]]) -> None:
+    """Output with newlines, quotes and invalid UTF-8, error text and exit status, one round trip."""
+    t = transport(lab, "h0", ssh_options)
+    commands = [["sh", "-c", 'for w; do printf "%s\\377\\n" "$w"; done; printf "e%s" "$#" >&2; exit "$0"', str(rc), *words] for words, rc in batch]
+    results = t.run_all(commands)
+    assert len(results) == len(batch)
+    for (words, rc), done in zip(batch, results, strict=True):
+        assert done.out == b"".join(w.encode() + b"\xff\n" for w in words)
+        assert (done.rc, done.stderr) == (rc, f"e{len(words)}")
+    with pytest.raises(HostError, match="exited 3"):
+        t.checked(["false"], t.run_all([["sh", "-c", "exit 3"]])[0])
+
+
 def test_binary_files_read_back_exactly(lab: SshLab, ssh_options: SshOptions) -> None:
     t = transport(lab, "h0", ssh_options)
     path = f"{lab.hosts['h0'].root}/blob.bin"
     data = bytes(range(256)) * 4 + b"\xff\xfe\x00invalid utf-8 \xc3\x28"
     t.put(path, data)
     assert t.read(path) == data
+
+
+def test_a_put_then_a_command_in_one_round_trip_and_the_writes_failure_still_raised(lab: SshLab, ssh_options: SshOptions) -> None:
+    t = transport(lab, "h0", ssh_options)
+    root = lab.hosts["h0"].root
+    (root / "lock").write_text("held")
+    t.put(f"{root}/copy.json", b"{}\n", then=["rm", "-f", f"{root}/lock"])
+    assert (root / "copy.json").read_bytes() == b"{}\n" and not (root / "lock").exists()
+    (root / "lock").write_text("held")
+    (root / "plain").write_text("a file, not a directory")
+    with pytest.raises(HostError):  # the write cannot happen under a file; the command after it still runs
+        t.put(f"{root}/plain/copy.json", b"x", then=["rm", "-f", f"{root}/lock"])
+    assert not (root / "lock").exists()
 
 
 def test_a_dropped_connection_is_connection_lost_and_a_retry_reconnects(lab: SshLab, ssh_options: SshOptions) -> None:
