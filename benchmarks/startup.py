@@ -1,5 +1,5 @@
 """Cold start of `specctl check`, `render` and `validate` on a local checkpoint, against the import
-floor of the CLI libraries (DESIGN section 12) and bare Python, all measured in one run.
+floor of the CLI libraries, a typer app that does nothing, and bare Python, all measured in one run.
 
     python benchmarks/startup.py [--repeat 20] [--json]
 """
