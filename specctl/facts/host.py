@@ -18,7 +18,8 @@ if command -v nvidia-smi >/dev/null 2>&1; then
 fi
 p="$root"; while [ ! -e "$p" ]; do p=$(dirname "$p"); done
 df -Pk "$p" | awk 'NR==2 {print "disk_free_kib=" $4}'
-"$py" - "$port" "$dist" <<'PY' 2>/dev/null || echo "python=missing"
+limit=""; command -v timeout >/dev/null 2>&1 && limit="timeout 15"  # an interpreter that hangs is no answer
+$limit "$py" - "$port" "$dist" <<'PY' 2>/dev/null || echo "python=missing"
 import platform, socket, sys
 from importlib.metadata import version, PackageNotFoundError
 print("python=" + platform.python_version())

@@ -72,17 +72,20 @@ class Transport:
     def run_all(self, commands: Sequence[Sequence[str]], *, timeout_s: float = 60.0, retry: bool = False) -> list[Completed]:
         """Run several commands in one round trip, in order, whatever each one's exit status; each
         result is checked by the caller (`checked`). Latency, not bandwidth, is what a fleet waits on."""
-        done = self.run(["sh", "-c", _ALL, "sh", *(shlex.join(argv) for argv in commands)], timeout_s=timeout_s, retry=retry)
-        results, rest = [], done.out
-        for argv in commands:
-            header, _, rest = rest.partition(b"\n")
-            try:
-                rc, n_out, n_err = (int(field) for field in header.split())
-            except ValueError:
-                raise HostError(f"{self.name}: `{shlex.join(argv)[:200]}` gave no result in a batch", host=self.name) from None
-            results.append(Completed(rc, rest[:n_out], rest[n_out:n_out + n_err].decode(errors="replace")))
-            rest = rest[n_out + n_err:]
-        return results
+        done = self.run(["sh", "-c", _ALL, "sh", *(shlex.join(argv) for argv in commands)], timeout_s=timeout_s, retry=retry,
+                        check=False)
+        results: list[Completed] = []
+        rest = done.out
+        for _ in commands:
+            header, _, body = rest.partition(b"\n")
+            fields = header.split()
+            if len(fields) != 3 or not all(f.isdigit() for f in fields[1:]) or len(body) < int(fields[1]) + int(fields[2]):
+                break  # the batch stopped here (timed out, killed): this command and the rest did not finish
+            rc, n_out, n_err = int(fields[0]), int(fields[1]), int(fields[2])
+            results.append(Completed(rc, body[:n_out], body[n_out:n_out + n_err].decode(errors="replace")))
+            rest = body[n_out + n_err:]
+        unfinished = Completed(done.rc or -1, b"", done.stderr or "did not finish")
+        return results + [unfinished] * (len(commands) - len(results))
 
     def checked(self, argv: Sequence[str], done: Completed) -> Completed:
         """`done`, or the HostError its non-zero exit status is."""

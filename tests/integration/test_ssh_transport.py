@@ -113,6 +113,12 @@ def test_a_batch_gives_each_command_its_own_bytes_and_status(lab: SshLab, ssh_op
         t.checked(["false"], t.run_all([["sh", "-c", "exit 3"]])[0])
 
 
+def test_a_batch_that_runs_out_of_time_keeps_what_finished(lab: SshLab, ssh_options: SshOptions) -> None:
+    first, slow, never = transport(lab, "h0", ssh_options).run_all([["echo", "done"], ["sleep", "30"], ["echo", "never"]], timeout_s=2)
+    assert (first.rc, first.out) == (0, b"done\n")
+    assert slow.rc == never.rc == 124 and not never.out
+
+
 def test_binary_files_read_back_exactly(lab: SshLab, ssh_options: SshOptions) -> None:
     t = transport(lab, "h0", ssh_options)
     path = f"{lab.hosts['h0'].root}/blob.bin"
