@@ -117,9 +117,8 @@ class HostSession:
             elif last_write is not None:
                 self.transport.put(*last_write)
         except HostError as exc:  # the host is gone: its lock stays, and `unlock` will see our process gone
-            what = " and ".join(w for w, due in ((f"write {last_write[0]}" if last_write else "", bool(last_write)),
-                                                 ("release the lock", releasing)) if due)
-            self.progress(f"could not {what}: {error_text(exc)}")
+            undone = ([f"write {last_write[0]}"] if last_write else []) + (["release the lock"] if releasing else [])
+            self.progress(f"could not {' and '.join(undone)}: {error_text(exc)}")
 
     @contextmanager
     def locked(self, run_id: str) -> Iterator[None]:
