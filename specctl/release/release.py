@@ -281,9 +281,13 @@ class Server:
 
 def servers(transport: Transport, base: str) -> list[Server]:
     """Every running server of the profile whose directory is `base`, current or not."""
-    done = transport.run(["sh", "-c", _SERVERS, "sh", base], retry=True)
+    return _servers_in(transport.run(["sh", "-c", _SERVERS, "sh", base], retry=True).stdout.splitlines())
+
+
+def _servers_in(lines: list[str]) -> list[Server]:
+    """The "run-id process-group" lines `find_servers` prints."""
     found = []
-    for line in done.stdout.splitlines():
+    for line in lines:
         run_id, _, group = line.partition(" ")
         if group.isdigit():
             found.append(Server(run_id, int(group)))
@@ -313,18 +317,8 @@ def survey_command(base: str) -> list[str]:
 
 
 def read_survey(done: Completed) -> Survey:
-    lines = done.stdout.split("\n")
-    link = lines[0].strip()
-    found = []
-    for line in lines[1:]:
-        run_id, _, group = line.partition(" ")
-        if group.isdigit():
-            found.append(Server(run_id, int(group)))
-    return Survey(link.rsplit("/", 1)[-1] if link else None, found)
-
-
-def survey(transport: Transport, base: str) -> Survey:
-    return read_survey(transport.run(survey_command(base), retry=True))
+    link, *lines = done.stdout.split("\n")
+    return Survey(link.strip().rsplit("/", 1)[-1] if link.strip() else None, _servers_in(lines))
 
 
 def _stop(transport: Transport, base: str, run_id: str | None, timeout_s: float) -> list[str]:
