@@ -7,6 +7,8 @@ verifies it; on this 2-core machine the engines' start-ups and verify requests c
 nothing to start, and the deploy does not verify: what is left is specctl's own work (lock,
 survey, facts, release transfer, stop, start, readiness polls, switch, the run's copy). The
 proxies run in their own process, as the network would: they do not share specctl's interpreter.
+The lab's hosts each have a login-shell start-up file of their own (a real fleet does not share one
+home directory; this machine's root ~/.bashrc runs a pyenv init that takes one lock in one ~/.pyenv).
 
 With --host-cpu F every host (its sshd and all it starts: shells, the server) runs in a CPU cgroup
 of its own capped at F of a core, the same cap whether one host deploys or eight, so eight hosts

@@ -22,6 +22,7 @@ import select
 import shlex
 import socket
 import subprocess
+import threading
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -32,6 +33,7 @@ import fabric  # type: ignore[import-untyped]
 import paramiko
 
 from specctl.errors import ConnectionLost, HostError, InputError
+from specctl.hosts.shell import RemoteShell, ShellGone
 from specctl.hosts.transport import Completed, Transport
 
 CONNECT_TIMEOUT_S = 10.0
@@ -217,6 +219,9 @@ class SshRunner:
         self._route = target.route()
         self._clients: list[paramiko.SSHClient | None] = [None] * len(self._route)  # one per hop; the target's last
         self._was_connected = False
+        self._shell: RemoteShell | None = None
+        self._shell_works = True  # False once a host would not start one (a restricted shell): channels then
+        self._shell_busy = threading.Lock()  # a second caller at once gets a channel of its own
 
     def _hop_client(self, i: int) -> paramiko.SSHClient:
         """Open hop i of the route: through hop i-1's direct-tcpip channel, its ProxyCommand, or directly."""
@@ -316,6 +321,34 @@ class SshRunner:
         transport = client.get_transport()
         assert transport is not None
         command = shlex.join(argv)
+        if self._shell_works and self._shell_busy.acquire(blocking=False):
+            try:
+                return self._in_shell(transport, command, stdin or b"", timeout_s)
+            finally:
+                self._shell_busy.release()
+        return self._on_channel(transport, command, stdin, timeout_s)
+
+    def _in_shell(self, transport: paramiko.Transport, command: str, stdin: bytes, timeout_s: float) -> Completed:
+        try:
+            if self._shell is None or not self._shell.open:
+                try:
+                    self._shell = RemoteShell(transport, timeout_s=self.options.connect_timeout_s)
+                except ShellGone:
+                    if not transport.is_active():
+                        raise
+                    self._shell_works = False
+                    return self._on_channel(transport, command, stdin, timeout_s)
+            done = self._shell.run(command, stdin, timeout_s=timeout_s)
+        except (paramiko.SSHException, OSError, EOFError, ShellGone) as exc:
+            self._shell = None
+            self._lost(command, None if isinstance(exc, ShellGone) and _dies(transport) else exc)
+        if done is None:
+            self._shell = None
+            return Completed(124, b"", f"timed out after {timeout_s:.0f} s")
+        return done
+
+    def _on_channel(self, transport: paramiko.Transport, command: str, stdin: bytes | None, timeout_s: float) -> Completed:
+        """The command on an SSH channel of its own."""
         try:
             channel = transport.open_session(timeout=self.options.connect_timeout_s)
             channel.settimeout(1.0)
@@ -357,6 +390,9 @@ class SshRunner:
                              fix="check the host and the network; `specctl status` shows what runs there once it answers")
 
     def close(self) -> None:
+        if self._shell is not None:
+            self._shell.close()
+            self._shell = None
         for i in reversed(range(len(self._clients))):  # the target first, then the hops it was tunnelled through
             client = self._clients[i]
             if client is not None:

@@ -35,11 +35,14 @@ def stage_of(lines: Sequence[str], stages: Sequence[tuple[str, str]]) -> str:
 def wait_ready(release: Release, port: int, stages: Sequence[tuple[str, str]], *, process_group: int, budget_s: float,
                on_progress: Callable[[str], None] = lambda stage: None, poll_s: float = 0.5,
                cancel: CancelToken = NEVER) -> float:
-    """Block until the server answers a generation; returns the seconds it took."""
+    """Block until the server answers a generation; returns the seconds it took. The first polls
+    come quickly (a server that starts in a moment is not kept waiting a whole poll), then every
+    `poll_s`."""
     t = release.transport
     client = EngineClient(f"http://{t.address}:{port}", timeout_s=30, cancel=cancel)
     start = time.monotonic()
     lines: list[str] = []
+    pause = min(0.05, poll_s)
     while True:
         if client.healthy(timeout_s=min(30.0, max(1.0, budget_s - (time.monotonic() - start)))):
             on_progress("ready")
@@ -56,4 +59,5 @@ def wait_ready(release: Release, port: int, stages: Sequence[tuple[str, str]], *
             raise StartupFailed(f"{t.name}: no generation within the {budget_s:.0f} s start-up budget", host=t.name,
                                 log=lines[-20:], fix="raise the start-up budget (--startup-timeout), or read the log for a hang")
         on_progress(stage_of(lines, stages))
-        cancel.sleep(poll_s)
+        cancel.sleep(pause)
+        pause = min(pause * 2, poll_s)

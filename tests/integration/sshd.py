@@ -49,6 +49,9 @@ class SshHost:
     namespace: str | None
     process: subprocess.Popen[bytes] | None = None
     host_key_pub: str = ""
+    # in a namespace: the login shell's ~/.bashrc, this host's own (bind-mounted in its mount namespace),
+    # so the hosts do not read this machine's (whose pyenv init takes one lock in one shared ~/.pyenv)
+    bashrc: Path | None = None
 
     def alive(self) -> bool:
         return self.process is not None and self.process.poll() is None
@@ -124,7 +127,8 @@ class SshLab:
             # a route through this machine, so the hosts reach each other (multi-node rendezvous)
             _run("ip", "netns", "exec", ns, "ip", "route", "add", "default", "via", f"{subnet}.1")
             _run("sysctl", "-qw", "net.ipv4.ip_forward=1")
-            host = SshHost(name, f"{subnet}.2", port, hostdir / "root", ns)
+            host = SshHost(name, f"{subnet}.2", port, hostdir / "root", ns, bashrc=hostdir / "bashrc")
+            host.bashrc.write_text("# this host's own login-shell start-up file\n")
         else:
             host = SshHost(name, "127.0.0.1", _free_port(), hostdir / "root", None)
         host.root.mkdir()
@@ -141,7 +145,9 @@ class SshLab:
     def start_sshd(self, host: SshHost) -> None:
         argv = [SSHD, "-D", "-e", "-f", str(self.workdir / host.name / "sshd_config")]
         if host.namespace:
-            argv = ["ip", "netns", "exec", host.namespace, *argv]
+            assert host.bashrc is not None
+            own_bashrc = 'if [ -e "$HOME/.bashrc" ]; then mount --bind "$1" "$HOME/.bashrc" || exit 1; fi; shift; exec "$@"'
+            argv = ["ip", "netns", "exec", host.namespace, "sh", "-c", own_bashrc, "sh", str(host.bashrc), *argv]
         host.process = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.monotonic() + 10
         while True:

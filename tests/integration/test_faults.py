@@ -88,7 +88,7 @@ def test_port_already_in_use(cli: Any, lab: SshLab, env: dict[str, Any], ssh_opt
                        cwd=root, log=f"{root}/squatter.log", pidfile=f"{root}/squatter.pid")
     time.sleep(0.5)
     result = cli("--json", "deploy", env["v1"], "--hosts", "h1", *env["common"])
-    t.run(["kill", "--", f"-{squatter}"], check=False)
+    t.run(["kill", "-TERM", f"-{squatter}"])
     assert result.code == 3
     [row] = result.json()["hosts"]
     assert f"port {PORT} is in use" in row["detail"]

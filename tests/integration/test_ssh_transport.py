@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -37,10 +38,10 @@ def test_run_put_read_and_start(lab: SshLab, ssh_options: SshOptions) -> None:
     time.sleep(0.5)
     assert t.read(f"{root}/log") == b"secret=s3cr3t with 'quotes' and $dollars\n"
     assert t.read(f"{root}/pid") == f"{pid}\n".encode()
-    assert t.run(["kill", "-0", "--", f"-{pid}"], check=False).rc == 0  # its own process group
-    t.run(["kill", "-TERM", "--", f"-{pid}"])
+    assert t.run(["kill", "-0", f"-{pid}"], check=False).rc == 0  # its own process group
+    t.run(["kill", "-TERM", f"-{pid}"])
     deadline = time.monotonic() + 10  # until the orphaned group is reaped
-    while t.run(["kill", "-0", "--", f"-{pid}"], check=False).rc == 0:
+    while t.run(["kill", "-0", f"-{pid}"], check=False).rc == 0:
         assert time.monotonic() < deadline
         time.sleep(0.1)
 
@@ -173,3 +174,58 @@ def test_a_connection_down_for_good_fails_the_retry(lab: SshLab, ssh_options: Ss
         assert "cannot connect" in info.value.message
     finally:
         lab.start_sshd(host)
+
+
+@pytest.fixture
+def own_bashrc(lab: SshLab) -> Iterator[tuple[Path, Path]]:
+    """h1's login-shell start-up file, to write for one test (restored after), and a file it counts its runs in."""
+    host = lab.hosts["h1"]
+    if host.bashrc is None:
+        pytest.skip("a host's own ~/.bashrc needs a mount namespace of its own")
+    before = host.bashrc.read_text()
+    logins = host.root / "logins"
+    logins.unlink(missing_ok=True)
+    try:
+        yield host.bashrc, logins
+    finally:
+        host.bashrc.write_text(before)  # in place: the host sees this file through a bind mount
+
+
+def test_one_login_shell_per_connection_whatever_it_prints(lab: SshLab, ssh_options: SshOptions,
+                                                           own_bashrc: tuple[Path, Path]) -> None:
+    """Commands run in one shell per connection: the login shell's start-up file runs once, and what
+    it prints (a banner, a conda notice) never reaches a command's output."""
+    bashrc, logins = own_bashrc
+    bashrc.write_text(f'echo login >>{logins}; echo "Welcome to h1"; echo "conda: notice" >&2\n')
+    t = transport(lab, "h1", ssh_options)
+    assert t.run(["printf", "x"]).out == b"x"
+    assert [d.out for d in t.run_all([["echo", "a"], ["echo", "b"]])] == [b"a\n", b"b\n"]
+    path = f"{lab.hosts['h1'].root}/blob"
+    t.put(path, bytes(range(256)))
+    assert t.read(path) == bytes(range(256))
+    for _ in range(5):
+        t.run(["true"])
+    assert logins.read_text() == "login\n"
+
+
+def test_a_host_that_will_not_keep_a_shell_gets_a_channel_per_command(lab: SshLab, ssh_options: SshOptions,
+                                                                      own_bashrc: tuple[Path, Path]) -> None:
+    bashrc, logins = own_bashrc
+    bashrc.write_text(f'echo login >>{logins}; case "$BASH_EXECUTION_STRING" in *specctl-shell*) exit 0;; esac\n')
+    t = transport(lab, "h1", ssh_options)
+    assert t.run(["echo", "still"]).stdout == "still\n"
+    assert t.run(["sh", "-c", "exit 5"], check=False).rc == 5
+    assert logins.read_text().count("login") == 3  # the refused shell, then one login per command
+
+
+def test_unread_stdin_and_a_timeout_leave_the_shell_in_step(lab: SshLab, ssh_options: SshOptions) -> None:
+    t = transport(lab, "h0", ssh_options)
+    assert t.run(["true"], stdin=b"x" * 300_000).rc == 0  # the rest of its stdin is drained, not read as a command
+    assert t.run(["cat"], stdin=b"abc").out == b"abc"
+    pidfile = f"{lab.hosts['h0'].root}/slow.pid"
+    done = t.run(["sh", "-c", f'echo $$ >{pidfile}; echo started; sleep 30'], timeout_s=1, check=False)
+    assert (done.rc, done.out) == (124, b"started\n")  # what it wrote before its time was up comes back
+    assert t.run(["echo", "next"]).stdout == "next\n"
+    time.sleep(0.5)
+    running = f'p=$(cat {pidfile}); [ -d /proc/$p ] && ! grep -q "^State:.Z" /proc/$p/status'  # a zombie is stopped
+    assert t.run(["sh", "-c", running], check=False).rc != 0  # stopped on the host

@@ -1,0 +1,116 @@
+"""A long-lived `sh` on an SSH connection that runs one command per round trip.
+
+A command on its own SSH channel costs three round trips (open the channel, exec, the answer) and
+the login shell's start-up files: sshd runs every command through `$SHELL -c`, and Debian's bash
+reads ~/.bashrc then, where a conda or pyenv init costs about 0.1 s of the host's CPU each time.
+This shell pays both once per connection; each command is then one write and one answer.
+
+The frame the client writes: a line "<command bytes> <stdin bytes> <timeout s>", the command
+(argv joined for sh), then its stdin. The shell reads the exact byte counts with `head -c` (GNU
+and busybox read no further than asked), runs the command in a child `sh` under `timeout` with
+that stdin (the rest of it is drained when the command leaves it unread) and answers like
+`Transport.run_all`: a line "rc out-bytes err-bytes", then the output and the error text. A
+command out of time is stopped on the host (its process group; rc 124) and what it wrote comes
+back. Output goes through a private temporary directory; stdin, which carries secrets, only ever
+goes through a pipe. Every command is read by `sh`, whatever the user's login shell is.
+"""
+
+from __future__ import annotations
+
+import shlex
+import socket
+import time
+
+import paramiko
+
+from specctl.hosts.transport import Completed
+
+READY = b"specctl-shell 1\n"
+ANSWER_SLACK_S = 15.0  # past a command's own timeout: the kill's grace (5 s) and the network
+_LOOP = ('d=$(mktemp -d) || exit 1; trap \'rm -rf "$d"\' EXIT; printf "specctl-shell 1\\n"; '
+         'while IFS=" " read -r nc ni t; do '
+         'c=$(head -c "$nc"; printf x); c=${c%x}; '
+         'head -c "$ni" | { timeout -k 5 "$t" sh -c "$c" >"$d/o" 2>"$d/e"; r=$?; cat >/dev/null; exit $r; }; rc=$?; '
+         'printf "%s %s %s\\n" "$rc" $(wc -c <"$d/o") $(wc -c <"$d/e"); cat "$d/o" "$d/e"; done')
+
+
+class ShellGone(Exception):
+    """The shell's channel closed: the command may or may not have run."""
+
+
+class RemoteShell:
+    """One `sh` on one channel; not thread-safe (its owner serialises commands)."""
+
+    def __init__(self, transport: paramiko.Transport, *, timeout_s: float) -> None:
+        self.channel = transport.open_session(timeout=timeout_s)
+        self._buffer = bytearray()
+        self.channel.exec_command(f"exec sh -c {shlex.quote(_LOOP)}")
+        deadline = time.monotonic() + timeout_s
+        while True:  # the login shell's start-up files may print before the loop does
+            line = self._line(deadline)
+            if line is None:
+                raise ShellGone("the shell did not start in time")
+            if line == READY:
+                return
+
+    @property
+    def open(self) -> bool:
+        return not self.channel.closed and not self.channel.eof_received
+
+    def run(self, command: str, stdin: bytes, *, timeout_s: float) -> Completed | None:
+        """The command's result; None when the host did not answer even a while after the command's
+        own time was up (the shell is then closed)."""
+        body = command.encode()
+        self.channel.sendall(b"%d %d %.3f\n" % (len(body), len(stdin), max(timeout_s, 0.001)) + body + stdin)
+        deadline = time.monotonic() + timeout_s + ANSWER_SLACK_S
+        header = self._line(deadline)
+        fields = header.split() if header is not None else []
+        if header is None or len(fields) != 3:
+            self.close()
+            if header is None:
+                return None
+            raise ShellGone(f"the shell answered {header[:80]!r}")
+        rc, n_out, n_err = (int(f) for f in fields)
+        body_bytes = self._exactly(n_out + n_err, deadline)
+        if body_bytes is None:
+            self.close()
+            return None
+        err = body_bytes[n_out:].decode(errors="replace")
+        return Completed(rc, body_bytes[:n_out], err or (f"timed out after {timeout_s:.0f} s" if rc == 124 else ""))
+
+    def close(self) -> None:
+        self.channel.close()
+
+    def _line(self, deadline: float) -> bytes | None:
+        while (end := self._buffer.find(b"\n")) < 0:
+            if not self._fill(deadline):
+                return None
+        line = bytes(self._buffer[:end + 1])
+        del self._buffer[:end + 1]
+        return line
+
+    def _exactly(self, count: int, deadline: float) -> bytes | None:
+        while len(self._buffer) < count:
+            if not self._fill(deadline):
+                return None
+        data = bytes(self._buffer[:count])
+        del self._buffer[:count]
+        return data
+
+    def _fill(self, deadline: float) -> bool:
+        """Read what arrives before the deadline; False when it passed. The shell's own error text
+        (the start-up files', never a command's) is read and dropped so it cannot fill the window."""
+        while self.channel.recv_stderr_ready():
+            self.channel.recv_stderr(65536)
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return False
+        self.channel.settimeout(min(left, 1.0))
+        try:
+            data = self.channel.recv(65536)
+        except socket.timeout:
+            return True  # loop again: the deadline decides
+        if not data:
+            raise ShellGone("the shell's channel closed")
+        self._buffer += data
+        return True
