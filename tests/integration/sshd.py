@@ -127,8 +127,8 @@ class SshLab:
             # a route through this machine, so the hosts reach each other (multi-node rendezvous)
             _run("ip", "netns", "exec", ns, "ip", "route", "add", "default", "via", f"{subnet}.1")
             _run("sysctl", "-qw", "net.ipv4.ip_forward=1")
+            (hostdir / "bashrc").write_text("# this host's own login-shell start-up file\n")
             host = SshHost(name, f"{subnet}.2", port, hostdir / "root", ns, bashrc=hostdir / "bashrc")
-            host.bashrc.write_text("# this host's own login-shell start-up file\n")
         else:
             host = SshHost(name, "127.0.0.1", _free_port(), hostdir / "root", None)
         host.root.mkdir()
