@@ -10,3 +10,4 @@ DEFAULT_MEM_FRACTION_STATIC = 0.85  # assumed when a profile leaves the engine t
 KV_HEADROOM_MIN_GIB = 4.0  # KV cache room below which a deploy is refused
 GIB = 1024**3
 STARTUP_BUDGET_S = 40 * 60
+STAGE_PARALLEL = 4  # hosts downloading checkpoints at once (the Hub, a mirror or a shared uplink is the limit)

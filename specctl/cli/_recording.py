@@ -17,8 +17,13 @@ if TYPE_CHECKING:
 
 @contextmanager
 def recorded(output: Output, *, ledger: str | None, reason: str | None = None, secrets: list[str] | None = None,
-             ssh_config: str | None = None, accept_new_host_key: bool = False, budget_s: float | None = None) -> Iterator[Context]:
-    """Open the ledger and catch SIGTERM/SIGINT for the block; yields the flows' Context."""
+             ssh_config: str | None = None, accept_new_host_key: bool = False, budget_s: float | None = None,
+             stage_parallel: int | None = None) -> Iterator[Context]:
+    """Open the ledger and catch SIGTERM/SIGINT for the block; yields the flows' Context. Progress
+    goes to stderr: lines for people, or under --json one JSON object per event."""
+    import json
+    import threading
+
     from specctl.cancel import on_signals
     from specctl.flows.session import Context
     from specctl.ledger.ledger import Ledger, ledger_path
@@ -32,6 +37,13 @@ def recorded(output: Output, *, ledger: str | None, reason: str | None = None, s
                           on_progress=lambda host, stage: output.hint(f"[dim]{host}[/]: {stage}"))
             if budget_s is not None:
                 ctx.budget_s = budget_s
+            if stage_parallel is not None:
+                ctx.stage_slots = threading.BoundedSemaphore(max(1, stage_parallel))
+            if output.json_mode:
+                def event(host: str, fields: dict[str, object]) -> None:
+                    output.err.file.write(json.dumps({"host": host, **fields}, sort_keys=True, default=str) + "\n")
+                    output.err.file.flush()
+                ctx.on_event = event
             yield ctx
     finally:
         book.close()

@@ -19,7 +19,7 @@ COMMAND_MODULES = {
     "validate": "profiles", "check": "profiles", "render": "profiles",
     "demo": "demo",
     "hosts": "hosts_cmds", "deploy": "hosts_cmds", "status": "hosts_cmds", "logs": "hosts_cmds", "stop": "hosts_cmds",
-    "unlock": "hosts_cmds",
+    "unlock": "hosts_cmds", "stage": "hosts_cmds",
     "verify": "verify_cmds", "baseline": "verify_cmds", "rollback": "verify_cmds",
     "runs": "runs_cmds", "show": "runs_cmds", "diff": "runs_cmds",
     "manifest": "manifest",

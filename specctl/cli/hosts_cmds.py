@@ -22,15 +22,17 @@ from specctl.cli._options import (
     target_hosts,
 )
 from specctl.cli._recording import recorded
-from specctl.constants import STARTUP_BUDGET_S
+from specctl.constants import STAGE_PARALLEL, STARTUP_BUDGET_S
 from specctl.errors import CheckFailed, HostError
 
 ROLLED_BACK_EXIT = 4  # deployed, verify failed, rolled back
-FOLLOW_POLL_S = 1.0  # how often `logs -f` asks each host for what its log gained
+FOLLOW_POLL_S = 1.0
+StageParallelOpt = Annotated[int, typer.Option("--stage-parallel", min=1,
+                                               help="Hosts downloading checkpoints at once (the Hub or your mirror is shared).")]  # how often `logs -f` asks each host for what its log gained
 
 
 def register(app: typer.Typer) -> None:
-    for fn in (hosts, deploy, status, logs, stop, unlock):
+    for fn in (hosts, stage, deploy, status, logs, stop, unlock):
         app.command(fn.__name__)(fn)
 
 
@@ -81,6 +83,44 @@ def hosts(
         raise typer.Exit(HostError.exit_code)
 
 
+def stage(
+    ctx: typer.Context, profile: ProfileArg, hosts: HostsOpt = None, inventory: InventoryOpt = None, reason: ReasonOpt = None,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Say what each host has and what it would fetch; fetch nothing.")] = False,
+    stage_parallel: StageParallelOpt = STAGE_PARALLEL, ledger: LedgerOpt = None,
+    ssh_config: SshConfigOpt = None, accept_new_host_key: AcceptOpt = False, json_mode: JsonOpt = False, offline: OfflineOpt = False,
+) -> None:
+    """Put the profile's Hugging Face checkpoints (target and drafter, at their pinned revisions) in
+    each host's cache, with the engine's own Python; nothing running is touched. A deploy does the
+    same first; staging ahead keeps the deploy window short. Resumes an interrupted download."""
+    from rich.table import Table
+
+    from specctl.flows import static
+    from specctl.flows.stage import stage_hosts
+    from specctl.release.staging import size_text
+
+    output = command_output(ctx, json_mode)
+    report = static.check(profile, offline=offline)
+    p = report.inputs.profile
+    targets = target_hosts(p.hosts, hosts, inventory)
+    with recorded(output, ledger=ledger, reason=reason, secrets=p.secrets, ssh_config=ssh_config,
+                  accept_new_host_key=accept_new_host_key, stage_parallel=stage_parallel) as rc:
+        reports = stage_hosts(rc, report, targets, dry_run=dry_run)
+    table = Table("host", "checkpoint", "state", title=f"{'stage plan' if dry_run else 'stage'}: {p.metadata.name}",
+                  title_justify="left")
+    for r in reports:
+        if r.error:
+            table.add_row(r.host, "-", f"FAILED: {r.error}")
+        for s in r.staged:
+            table.add_row(r.host, s.repo, f"staged ({size_text(s.bytes)}" + (f", fetched {size_text(s.fetched)})" if s.fetched else ")"))
+        for planned in r.planned:
+            table.add_row(r.host, planned.repo, f"would fetch {size_text(planned.fetch)} of {size_text(planned.bytes)}")
+        if r.ok and not r.staged and not r.planned:
+            table.add_row(r.host, "-", "nothing to stage (the models are paths on the host)")
+    output.result({"profile": p.metadata.name, "dry_run": dry_run, "hosts": [r.to_dict() for r in reports]}, table)
+    if not all(r.ok for r in reports):
+        raise typer.Exit(HostError.exit_code)
+
+
 def deploy(
     ctx: typer.Context, profile: ProfileArg, hosts: HostsOpt = None, inventory: InventoryOpt = None,
     reason: ReasonOpt = None,
@@ -91,6 +131,7 @@ def deploy(
     no_verify: Annotated[bool, typer.Option("--no-verify", help="Do not verify after the deploy (the run records no verdict).")] = False,
     no_rollback: Annotated[bool, typer.Option("--no-rollback", help="Keep a release whose verify failed (exit 1 instead of 4).")] = False,
     baseline_mode: BaselineOpt = "auto",
+    stage_parallel: StageParallelOpt = STAGE_PARALLEL,
     ledger: LedgerOpt = None,
     ssh_config: SshConfigOpt = None, accept_new_host_key: AcceptOpt = False, json_mode: JsonOpt = False, offline: OfflineOpt = False,
 ) -> None:
@@ -113,14 +154,26 @@ def deploy(
     targets = target_hosts(report.inputs.profile.hosts, hosts, inventory)
     p = report.inputs.profile
     if dry_run:
-        rows = servers.preview(servers.Reach(ssh_config, accept_new_host_key), p.metadata.name, p.metadata.version, targets)
-        table = Table("host", "current", "would deploy", title=f"dry run: {p.metadata.name} v{p.metadata.version}", title_justify="left")
+        import os
+
+        from specctl.release.staging import size_text
+
+        rows = servers.preview(servers.Reach(ssh_config, accept_new_host_key), report, targets,
+                               secrets_env={n: os.environ[n] for n in p.secrets if n in os.environ})
+        table = Table("host", "current", "stage", "drafter overlay", "launch", title=f"dry run: {p.metadata.name} v{p.metadata.version}",
+                      title_justify="left")
         for row in rows:
-            table.add_row(row["host"], row["current"], row["would_deploy"])
+            stage_text = "; ".join(
+                f"{x['repo']}: " + (f"cannot tell: {x['error']}" if x.get("error") else "staged" if x["staged"]
+                                    else f"fetch {size_text(x['fetch'])} of {size_text(x['bytes'])}")
+                for x in row.get("stage", ())) or "nothing (paths on the host)"
+            overlay = row.get("overlay")
+            overlay_text = f"{overlay['directory']} -> {overlay['links_to']}, ids {overlay['ids']}" if overlay else "-"
+            table.add_row(row["host"], row["current"], stage_text, overlay_text, row["launch"])
         output.result({"dry_run": rows}, table)
         return
     with recorded(output, ledger=ledger, reason=reason, secrets=p.secrets, ssh_config=ssh_config,
-                  accept_new_host_key=accept_new_host_key, budget_s=startup_timeout) as rc:
+                  accept_new_host_key=accept_new_host_key, budget_s=startup_timeout, stage_parallel=stage_parallel) as rc:
         reports = deploy_flow(rc, report, targets, max_failures=max_failures, run_verify=not no_verify,
                               auto_rollback=not no_rollback, baseline_mode=mode, skip_check=skip_check)
     if no_verify or output.json_mode:

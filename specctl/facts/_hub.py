@@ -1,8 +1,17 @@
-"""Checkpoint metadata from the Hugging Face Hub at a pinned revision: config, index, headers only."""
+"""Checkpoint metadata from the Hugging Face Hub at a pinned revision: config, index, headers only.
+
+Offline (`--offline`, HF_HUB_OFFLINE) reads the local cache alone. Online, the Hub is first asked
+once, briefly, whether it answers at all: huggingface_hub retries an unreachable Hub for about 45
+seconds per file, printing each retry, before the same answer.
+"""
 
 from __future__ import annotations
 
+import functools
 import json
+import os
+import urllib.error
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -10,12 +19,41 @@ from specctl.errors import CheckpointError
 from specctl.facts.checkpoint import INDEX_FILE, SINGLE_FILE, CheckpointMeta, Tensor, read_header, shard_names
 
 
+REACH_TIMEOUT_S = 5.0
+
+
+@functools.cache
+def unreachable(endpoint: str) -> str | None:
+    """Why the Hub at `endpoint` does not answer (one attempt), or None when it does."""
+    try:
+        urllib.request.urlopen(urllib.request.Request(endpoint.rstrip("/") + "/api/whoami-v2", method="HEAD"),
+                               timeout=REACH_TIMEOUT_S).close()
+    except urllib.error.HTTPError:
+        return None  # it answered (401 without a token is an answer)
+    except (urllib.error.URLError, OSError) as exc:
+        return str(getattr(exc, "reason", exc))
+    return None
+
+
+def hub_endpoint() -> str:
+    from huggingface_hub import constants
+
+    return str(constants.ENDPOINT)
+
+
+def offline_env() -> bool:
+    return os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on")
+
+
 def read_repo(repo: str, revision: str | None, *, offline: bool) -> CheckpointMeta:
-    """Metadata of `repo` at `revision`; offline reads only what the local HF cache already holds."""
+    """Metadata of `repo` at `revision`; offline (or with the Hub not answering) reads only what
+    the local HF cache already holds."""
     from huggingface_hub import HfApi, hf_hub_download
     from huggingface_hub.errors import EntryNotFoundError, HfHubHTTPError, LocalEntryNotFoundError
 
     where = f"{repo}@{revision or 'main'}"
+    why_not = None if offline or offline_env() else unreachable(hub_endpoint())
+    offline = offline or offline_env() or why_not is not None
 
     def fetch(name: str) -> Path | None:
         try:
@@ -23,7 +61,8 @@ def read_repo(repo: str, revision: str | None, *, offline: bool) -> CheckpointMe
         except LocalEntryNotFoundError:  # a subclass of EntryNotFoundError: test it first
             if name == "config.json":
                 raise CheckpointError(
-                    f"{where}: config.json is not in the local Hugging Face cache" + (" (offline)" if offline else " and the Hub is unreachable"),
+                    f"{where}: config.json is not in the local Hugging Face cache"
+                    + (f" and the Hub at {hub_endpoint()} does not answer ({why_not})" if why_not else " (offline)"),
                     source=repo, revision=revision,
                     fix=f"run `hf download {repo} --revision {revision or 'main'} --include '*.json'` where the Hub is reachable",
                 ) from None

@@ -1,7 +1,7 @@
 """Bringing a release up on a host in place of what runs there: the stages that deploy, rollback
 and baseline share, each with its undo.
 
-    preflight -> materialise -> stop previous -> start -> ready -> switch
+    preflight -> stage -> materialise -> stop previous -> start -> ready -> switch
 
 Nothing running is stopped before everything that can be done beside it is done (connection,
 facts, a port held by a stranger, a whole release on disk). Whatever fails later, the undos put
@@ -12,7 +12,7 @@ runs. A server whose deploy lost its host for good stops itself on the host (see
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from specctl.constants import STARTUP_BUDGET_S
@@ -22,8 +22,10 @@ from specctl.facts import host as host_facts
 from specctl.flows.session import HostSession
 from specctl.flows.stages import Stage, Undo
 from specctl.release import release as rel
+from specctl.release import staging
 from specctl.release.readiness import wait_ready
 
+Files = dict[str, tuple[bytes, int] | str]
 CONFIRM_MARGIN_S = 30.0  # past its start-up budget, how long a started release may wait to be made current
 
 
@@ -38,7 +40,11 @@ class Change:
     distribution: str
     startup_stages: Sequence[tuple[str, str]]
     budget_s: float
-    files: dict[str, tuple[bytes, int] | str] | None = None  # to write (deploy, baseline); None: the release exists
+    # to write (deploy, baseline), or made from what staging found on the host; None: the release exists
+    files: Files | Callable[[Mapping[str, staging.Staged]], Files] | None = None
+    checkpoints: tuple[staging.Checkpoint, ...] = ()  # Hub repos to stage before anything is stopped
+    stage_env: dict[str, str] = field(default_factory=dict)
+    staged: dict[str, staging.Staged] = field(default_factory=dict)
     clear: tuple[str, ...] = ()  # profiles whose servers stop first (default: the session's)
     ready_gate: NodeGate | None = None  # multi-node: rank 0 opens it, the other ranks wait on it
     node_rank: int = 0
@@ -49,7 +55,9 @@ class Change:
     startup_s: float | None = None
 
     def stages(self) -> list[Stage]:
-        return [Stage("preflight", lambda: preflight(self)), Stage("materialise", lambda: materialise(self)),
+        return [Stage("preflight", lambda: preflight(self)),
+                *([Stage("stage", lambda: stage(self))] if self.checkpoints else []),
+                Stage("materialise", lambda: materialise(self)),
                 Stage("stop-previous", lambda: stop_previous(self)), Stage("start", lambda: start(self)),
                 Stage("ready", lambda: ready(self)), Stage("switch", lambda: switch(self))]
 
@@ -90,13 +98,32 @@ def preflight(c: Change) -> None:
                         fix="nothing was stopped; free the port, or set engine.port to another one")
 
 
+def stage(c: Change) -> None:
+    """Make the Hub checkpoints present in the host's cache (resumable; the running server is untouched)."""
+    s = c.session
+    s.progress("staging: checking the host's cache")
+
+    def progress(p: staging.StageProgress) -> None:
+        s.progress(p.text())
+        s.ctx.on_event(s.name, {"event": "stage-progress", **p.to_dict()})
+
+    done = staging.stage(s.transport, python=c.python, root=s.root, checkpoints=c.checkpoints,
+                         env=staging.staging_env(c.stage_env, s.ctx.secrets_env), on_progress=progress,
+                         slot=lambda: s.ctx.stage_slots)
+    c.staged = {x.repo: x for x in done}
+    fetched = sum(x.fetched for x in done)
+    s.progress(f"staged {len(done)} checkpoint(s)" + (f", fetched {staging.size_text(fetched)}" if fetched else ", nothing to fetch"))
+    s.ctx.on_event(s.name, {"event": "staged", "checkpoints": [x.__dict__ for x in done]})
+
+
 def materialise(c: Change) -> None:
     """Write the release directory whole (a failed write leaves no part of it)."""
     if c.files is None:
         return
     c.session.progress("writing release")
     assert c.facts is not None
-    rel.materialize(c.release, {**c.files, "host-facts.json": (host_facts.to_json(c.facts).encode(), 0o644)})
+    files = c.files(c.staged) if callable(c.files) else c.files
+    rel.materialize(c.release, {**files, "host-facts.json": (host_facts.to_json(c.facts).encode(), 0o644)})
 
 
 def stop_previous(c: Change) -> Undo | None:

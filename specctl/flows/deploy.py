@@ -1,6 +1,6 @@
 """The deploy, as one screen of stages per host, all hosts in parallel under one run id:
 
-    preflight -> materialise -> stop previous -> start -> ready -> switch     (flows/change.py)
+    preflight -> stage -> materialise -> stop previous -> start -> ready -> switch     (flows/change.py)
     -- every host waits here; past --max-failures failed hosts, the others undo all of the above --
     verify -> keep, or roll back to the newest verified release
 
@@ -32,6 +32,7 @@ from specctl.hosts.group import run_group
 from specctl.hosts.inventory import HostSpec
 from specctl.plan.findings import Severity
 from specctl.plan.plan import Plan
+from specctl.release.staging import profile_checkpoints
 
 
 @dataclass
@@ -104,9 +105,11 @@ class Deploy:
 
     def change(self, rank: int, session: HostSession) -> Change:
         p, engine = self.report.inputs.profile, self.report.inputs.engine
+        node = self.plan.nodes[rank]
         return Change(session, session.release(self.rec.run_id), port=p.engine.port, python=p.engine.python,
                       distribution=engine.distribution(), startup_stages=engine.startup_stages(), budget_s=self.ctx.budget_s,
-                      files=release_contents(self.report, self.plan, self.plan.nodes[rank]), ready_gate=self.gate, node_rank=rank)
+                      files=lambda staged: release_contents(self.report, self.plan, node, staged), ready_gate=self.gate,
+                      node_rank=rank, checkpoints=profile_checkpoints(p, baseline=False), stage_env=dict(p.engine.env))
 
     def failed(self, session: HostSession, change: Change | None, failure: BaseException) -> HostReport:
         """A host whose stages failed (and were undone): its report and ledger record."""

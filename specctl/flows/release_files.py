@@ -5,6 +5,7 @@ drafter overlay's links to the drafter's own files."""
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -13,18 +14,23 @@ from specctl.flows.static import CheckReport
 from specctl.plan.plan import NodePlan, Plan
 from specctl.release import release as rel
 from specctl.release.documents import PLAN_FILE, PROFILE_FILE
+from specctl.release.staging import Staged
 from specctl.verdict.workload import Workload, load_workload
 
 
-def overlay_sources(report: CheckReport, p: Plan) -> dict[str, str]:
-    """Where the overlay's links point on the host: the drafter's own files."""
+def overlay_sources(report: CheckReport, p: Plan, staged: Mapping[str, Staged]) -> dict[str, str]:
+    """Where the overlay's links point on the host: the drafter's own files, in its directory or in
+    the snapshot staging found on that host."""
     drafter = report.inputs.profile.drafter
     if p.overlay is None or drafter is None:
         return {}
     if drafter.model.startswith("/"):
         return {name: f"{drafter.model}/{name}" for name in p.overlay.links}
-    raise HostError(f"overlays of Hugging Face repo drafters ({drafter.model}) are not supported yet", host="-",
-                    fix="download the drafter and point drafter.model at its directory")
+    if drafter.model not in staged:
+        raise HostError(f"the drafter {drafter.model} is not staged on this host, so its overlay has nothing to link to",
+                        host="-", fix="deploy stages it first; run `specctl stage` to see why it could not")
+    snapshot = staged[drafter.model].snapshot
+    return {name: f"{snapshot}/{name}" for name in p.overlay.links}
 
 
 def profile_workload(report: CheckReport) -> Workload:
@@ -52,6 +58,7 @@ def release_documents(report: CheckReport, p: Plan) -> dict[str, Any]:
     }
 
 
-def release_contents(report: CheckReport, p: Plan, node: NodePlan) -> dict[str, tuple[bytes, int] | str]:
-    """Every file of one node's release directory."""
-    return rel.release_files(p, node, release_documents(report, p), overlay_sources(report, p))
+def release_contents(report: CheckReport, p: Plan, node: NodePlan,
+                     staged: Mapping[str, Staged] | None = None) -> dict[str, tuple[bytes, int] | str]:
+    """Every file of one node's release directory (`staged`: the host's snapshots of Hub checkpoints)."""
+    return rel.release_files(p, node, release_documents(report, p), overlay_sources(report, p, staged or {}))

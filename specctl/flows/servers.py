@@ -5,19 +5,24 @@ found), and stopping all of it under the profile's lock."""
 from __future__ import annotations
 
 import json
+import shlex
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from specctl.facts import host as host_facts
+from specctl.errors import HostError
 from specctl.facts.host import HostFacts
 from specctl.flows.session import error_text
+from specctl.flows.static import CheckReport, plan
 from specctl.hosts.group import run_group
 from specctl.hosts.inventory import HostSpec
 from specctl.hosts.transport import Transport
 from specctl.release import lock
+from specctl.profile.profile import is_local_path
 from specctl.release import release as rel
+from specctl.release import staging
 from specctl.verdict.client import EngineClient
 
 
@@ -119,9 +124,15 @@ def facts(reach: Reach, hosts: Sequence[HostSpec], *, python: str, port: int, di
             else {"host": h.name, "reachable": False, "error": error_text(group.errors[h.name])} for h in hosts]
 
 
-def preview(reach: Reach, profile: str, version: int, hosts: Sequence[HostSpec]) -> list[dict[str, str]]:
-    """`deploy --dry-run`: what each host runs now and what would change; nothing is written."""
-    def one(host: HostSpec) -> dict[str, str]:
+def preview(reach: Reach, report: CheckReport, hosts: Sequence[HostSpec], *, secrets_env: Mapping[str, str]) -> list[dict[str, Any]]:
+    """`deploy --dry-run`: per host, what runs now, what staging would fetch, where the drafter
+    overlay would link, and the launch command; nothing is written or fetched."""
+    p = report.inputs.profile
+    profile, version = p.metadata.name, p.metadata.version
+    the_plan = plan(report, node0_address=None)
+    checkpoints = staging.profile_checkpoints(p, baseline=False)
+
+    def one(host: HostSpec) -> dict[str, Any]:
         t, root = reach.open(host)
         current = rel.linked(t, root, profile)
         shown = "nothing"
@@ -132,7 +143,25 @@ def preview(reach: Reach, profile: str, version: int, hosts: Sequence[HostSpec])
             except (ValueError, KeyError, TypeError):
                 running = "?"
             shown = f"{current} (v{running})"
-        return {"host": host.name, "current": shown, "would_deploy": f"v{version} (a new release; current switches when ready)"}
+        row: dict[str, Any] = {"host": host.name, "current": shown,
+                               "would_deploy": f"v{version} (a new release; current switches when ready)"}
+        snapshots: dict[str, str] = {}
+        if checkpoints:
+            try:
+                staged, planned = staging.plan(t, python=p.engine.python, root=root, checkpoints=checkpoints,
+                                               env=staging.staging_env(p.engine.env, secrets_env))
+                row["stage"] = [{"repo": x.repo, "staged": True, "bytes": x.bytes, "fetch": 0} for x in staged] + \
+                    [{"repo": x.repo, "staged": False, "bytes": x.bytes, "fetch": x.fetch} for x in planned]
+                snapshots = {**{x.repo: x.snapshot for x in staged}, **{x.repo: x.snapshot for x in planned}}
+            except HostError as exc:
+                row["stage"] = [{"repo": c.repo, "staged": None, "error": error_text(exc)} for c in checkpoints]
+        rank = hosts.index(host) if p.parallel.nnodes > 1 else 0
+        row["launch"] = shlex.join(the_plan.nodes[min(rank, len(the_plan.nodes) - 1)].argv)
+        if the_plan.overlay is not None and p.drafter is not None:
+            source = p.drafter.model if is_local_path(p.drafter.model) else snapshots.get(p.drafter.model, "(the staged snapshot)")
+            row["overlay"] = {"directory": the_plan.overlay.directory, "links_to": source, "links": len(the_plan.overlay.links),
+                              "ids": (the_plan.capture or {}).get("ids")}
+        return row
 
     group = run_group(hosts, one)
     for error in group.errors.values():

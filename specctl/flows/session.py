@@ -8,9 +8,10 @@ import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import Any
 
 from specctl.cancel import NEVER, CancelToken
-from specctl.constants import STARTUP_BUDGET_S
+from specctl.constants import STAGE_PARALLEL, STARTUP_BUDGET_S
 from specctl.errors import HostError
 from specctl.hosts.inventory import HostSpec
 from specctl.hosts.transport import Transport
@@ -33,6 +34,8 @@ class Context:
     budget_s: float = STARTUP_BUDGET_S
     cancel: CancelToken = NEVER
     on_progress: Callable[[str, str], None] = lambda host, stage: None
+    on_event: Callable[[str, dict[str, Any]], None] = lambda host, event: None  # structured progress (--json)
+    stage_slots: threading.BoundedSemaphore = field(default_factory=lambda: threading.BoundedSemaphore(STAGE_PARALLEL))
 
     _sessions: dict[tuple[str, str], HostSession] = field(default_factory=dict)
     _guard: threading.Lock = field(default_factory=threading.Lock)

@@ -34,7 +34,7 @@ import paramiko
 
 from specctl.errors import ConnectionLost, HostError, InputError
 from specctl.hosts.shell import RemoteShell, ShellGone
-from specctl.hosts.transport import Completed, Transport
+from specctl.hosts.transport import Completed, OnOutput, Transport
 
 CONNECT_TIMEOUT_S = 10.0
 CONNECT_ATTEMPTS = 4
@@ -311,7 +311,7 @@ class SshRunner:
         raise AssertionError("unreachable")
 
     def __call__(self, argv: Sequence[str], *, timeout_s: float, env: Mapping[str, str] | None,
-                 stdin: bytes | None) -> Completed:
+                 stdin: bytes | None, on_stdout: OnOutput | None = None) -> Completed:
         if env:
             if stdin is not None:
                 raise ValueError("env and stdin cannot both be sent")
@@ -321,12 +321,12 @@ class SshRunner:
         transport = client.get_transport()
         assert transport is not None
         command = shlex.join(argv)
-        if self._shell_works and self._shell_busy.acquire(blocking=False):
+        if on_stdout is None and self._shell_works and self._shell_busy.acquire(blocking=False):
             try:
                 return self._in_shell(transport, command, stdin or b"", timeout_s)
             finally:
                 self._shell_busy.release()
-        return self._on_channel(transport, command, stdin, timeout_s)
+        return self._on_channel(transport, command, stdin, timeout_s, on_stdout)
 
     def _in_shell(self, transport: paramiko.Transport, command: str, stdin: bytes, timeout_s: float) -> Completed:
         try:
@@ -347,8 +347,9 @@ class SshRunner:
             return Completed(124, b"", f"timed out after {timeout_s:.0f} s")
         return done
 
-    def _on_channel(self, transport: paramiko.Transport, command: str, stdin: bytes | None, timeout_s: float) -> Completed:
-        """The command on an SSH channel of its own."""
+    def _on_channel(self, transport: paramiko.Transport, command: str, stdin: bytes | None, timeout_s: float,
+                    on_stdout: OnOutput | None = None) -> Completed:
+        """The command on an SSH channel of its own (a long one streams its output through it)."""
         try:
             channel = transport.open_session(timeout=self.options.connect_timeout_s)
             channel.settimeout(1.0)
@@ -360,7 +361,10 @@ class SshRunner:
             deadline = time.monotonic() + timeout_s
             while True:
                 if channel.recv_ready():
-                    out += channel.recv(65536)
+                    data = channel.recv(65536)
+                    out += data
+                    if on_stdout is not None:
+                        on_stdout(data)
                 elif channel.recv_stderr_ready():
                     err += channel.recv_stderr(65536)
                 elif channel.exit_status_ready() and not channel.recv_ready() and not channel.recv_stderr_ready():

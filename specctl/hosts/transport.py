@@ -10,7 +10,7 @@ on a fresh connection; the others let the caller decide.
 from __future__ import annotations
 
 import shlex
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -44,9 +44,14 @@ class Completed:
         return self.out.decode(errors="replace")
 
 
+OnOutput = Callable[[bytes], None]
+
+
 class Runner(Protocol):
+    """Runs argv on a host; with `on_stdout`, hands on the output as it arrives (a long command's progress)."""
+
     def __call__(self, argv: Sequence[str], *, timeout_s: float, env: Mapping[str, str] | None,
-                 stdin: bytes | None) -> Completed: ...
+                 stdin: bytes | None, on_stdout: OnOutput | None = None) -> Completed: ...
 
 
 class Transport:
@@ -68,6 +73,20 @@ class Transport:
                 raise
             done = self._runner(argv, timeout_s=timeout_s, env=env, stdin=stdin)
         return self.checked(argv, done) if check else done
+
+    def stream(self, argv: Sequence[str], on_line: Callable[[str], None], *, timeout_s: float,
+               env: Mapping[str, str] | None = None) -> Completed:
+        """Run argv and hand each line of its output to `on_line` as it comes (the result's output
+        holds it all too). Not retried: a long command is the caller's to resume."""
+        pending = bytearray()
+
+        def chunk(data: bytes) -> None:
+            pending.extend(data)
+            while (end := pending.find(b"\n")) >= 0:
+                on_line(pending[:end].decode(errors="replace"))
+                del pending[:end + 1]
+
+        return self._runner(argv, timeout_s=timeout_s, env=env, stdin=None, on_stdout=chunk)
 
     def run_all(self, commands: Sequence[Sequence[str]], *, timeout_s: float = 60.0, retry: bool = False) -> list[Completed]:
         """Run several commands in one round trip, in order, whatever each one's exit status; each

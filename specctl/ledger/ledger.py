@@ -35,7 +35,7 @@ from specctl.errors import InputError, LedgerError
 from specctl.hosts.local import process_alive
 from specctl.settings import data_dir
 
-KINDS = ("deploy", "verify", "baseline", "rollback", "unlock", "tune")
+KINDS = ("deploy", "verify", "baseline", "rollback", "unlock", "tune", "stage")
 STATUSES = ("running", "succeeded", "failed", "killed")
 EVENTS = ("began", "ended", "failed", "undone", "undo-failed")
 

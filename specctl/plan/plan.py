@@ -10,6 +10,7 @@ from specctl.engines import LaunchSpec
 from specctl.plan.capture import layers_of
 from specctl.plan.inputs import Inputs
 from specctl.plan.resolve import CaptureResolution
+from specctl.profile.profile import is_local_path
 
 
 
@@ -66,6 +67,9 @@ def build_plan(inputs: Inputs, resolution: CaptureResolution | None, *, baseline
     if p.drafter is not None and not baseline:
         drafter, drafter_revision = (OVERLAY_PATH, None) if overlay else (p.drafter.model, p.drafter.revision)
     node0 = node0_address or (p.hosts[0] if p.hosts else None)
+    env = dict(p.engine.env)
+    if any(not is_local_path(m) for m in (p.target.model, *([drafter] if drafter else []))):
+        env.setdefault("HF_HUB_OFFLINE", "1")  # deploy stages the Hub checkpoints first: start from them, fetch nothing else
     nodes = []
     for rank in range(p.parallel.nnodes):
         spec = LaunchSpec(
@@ -80,7 +84,7 @@ def build_plan(inputs: Inputs, resolution: CaptureResolution | None, *, baseline
         if p.engine.args:
             argv += inputs.engine.launch_args(p.engine.version, p.engine.args)
         host = p.hosts[rank] if rank < len(p.hosts) else None
-        nodes.append(NodePlan(rank, host, tuple(argv), dict(p.engine.env)))
+        nodes.append(NodePlan(rank, host, tuple(argv), dict(env)))
     return Plan(p.metadata.name, p.metadata.version, inputs.profile_sha256, p.engine.name, p.engine.version, baseline,
                 tuple(nodes), overlay, tuple(p.secrets), None if baseline else _capture_summary(resolution))
 

@@ -1,0 +1,190 @@
+"""Run on a host by the engine's Python: make checkpoints present in the host's Hugging Face cache.
+
+Self-contained (the standard library and huggingface_hub, which is installed wherever sglang is):
+specctl sends it as `python -c`, with one JSON argument, and reads JSON lines back.
+
+    {"mode": "check" | "plan" | "fetch", "root": specctl's state directory on the host,
+     "patterns": [...], "checkpoints": [{"repo": ..., "revision": ...}], "reserve": bytes}
+
+check: what is staged already, from the host's disk alone (one round trip, no network).
+plan:  check, then what each missing checkpoint would fetch (the Hub's file sizes) against the free
+       space of the cache's file system; nothing is downloaded.
+fetch: plan, refuse when the disk is short, then download (huggingface_hub resumes a file that an
+       earlier attempt left incomplete), printing progress every second.
+
+A checkpoint is staged when every file it needs is in its snapshot at the size the Hub gave; a
+record of that list is kept under specctl's state directory, not in the cache, whose layout
+belongs to huggingface_hub.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import glob
+import hashlib
+import json
+import os
+import re
+import shutil
+import sys
+import threading
+import time
+from typing import Any, NoReturn
+
+COMMIT = re.compile(r"^[0-9a-f]{40}$")
+
+
+def emit(**fields: Any) -> None:
+    sys.stdout.write(json.dumps(fields, sort_keys=True) + "\n")
+    sys.stdout.flush()
+
+
+def fail(kind: str, message: str, code: int = 3, **fields: Any) -> NoReturn:
+    emit(event="error", kind=kind, message=message, **fields)
+    sys.exit(code)
+
+
+def main() -> None:
+    spec = json.loads(sys.argv[1])
+    try:
+        from huggingface_hub import constants
+    except ImportError:
+        fail("no-hub", "huggingface_hub cannot be imported by " + sys.executable)
+    cache = os.path.abspath(constants.HF_HUB_CACHE)
+    records = os.path.join(spec["root"], "staged", hashlib.sha256(cache.encode()).hexdigest()[:16])
+
+    def repo_dir(repo: str) -> str:
+        return os.path.join(cache, "models--" + repo.replace("/", "--"))
+
+    def record_path(repo: str, commit: str) -> str:
+        return os.path.join(records, repo.replace("/", "--") + "@" + commit + ".json")
+
+    def commit_of(repo: str, revision: str | None) -> str | None:
+        revision = revision or "main"
+        if COMMIT.match(revision):
+            return revision
+        try:
+            with open(os.path.join(repo_dir(repo), "refs", revision)) as handle:
+                return handle.read().strip()
+        except OSError:
+            return None
+
+    def missing_in(snapshot: str, files: dict[str, int | None]) -> dict[str, int | None]:
+        """The files not in the snapshot at their size."""
+        out = {}
+        for name, size in files.items():
+            try:
+                if size is not None and os.path.getsize(os.path.join(snapshot, name)) == size:
+                    continue
+            except OSError:
+                pass
+            out[name] = size
+        return out
+
+    def staged(repo: str, revision: str | None) -> dict[str, Any] | None:
+        commit = commit_of(repo, revision)
+        if commit is None:
+            return None
+        try:
+            with open(record_path(repo, commit)) as handle:
+                files: dict[str, int] = json.load(handle)["files"]
+        except (OSError, ValueError, KeyError):
+            return None
+        snapshot = os.path.join(repo_dir(repo), "snapshots", commit)
+        if missing_in(snapshot, dict(files)):
+            return None
+        return {"repo": repo, "commit": commit, "snapshot": snapshot, "bytes": sum(files.values()), "files": len(files)}
+
+    todo: list[dict[str, Any]] = []
+    for item in spec["checkpoints"]:
+        done = staged(item["repo"], item.get("revision"))
+        if done is not None:
+            emit(event="staged", fetched=0, **done)
+        else:
+            todo.append(item)
+    if not todo or spec["mode"] == "check":
+        for item in todo:
+            emit(event="missing", repo=item["repo"], revision=item.get("revision"))
+        return
+
+    from huggingface_hub import HfApi, snapshot_download
+
+    api = HfApi()
+    plans: list[tuple[str, str, dict[str, int | None], str, int]] = []
+    for item in todo:
+        repo, revision = item["repo"], item.get("revision")
+        try:
+            info = api.model_info(repo, revision=revision, files_metadata=True)
+        except Exception as exc:  # noqa: BLE001 - reported by kind, below
+            name = type(exc).__name__
+            if name == "GatedRepoError":
+                fail("gated", f"{repo} is gated and the Hub refused this host's token (or it had none)", repo=repo)
+            if name == "RevisionNotFoundError":
+                fail("revision", f"{repo} has no revision {revision}", repo=repo)
+            if name == "RepositoryNotFoundError":
+                fail("repo", f"{repo} is not on the Hub (or is private and this host's token cannot see it)", repo=repo)
+            fail("network", f"{repo}: cannot ask the Hub: {name}: {exc}", repo=repo)
+        files: dict[str, int | None] = {s.rfilename: s.size for s in info.siblings or ()
+                 if any(fnmatch.fnmatch(s.rfilename, p) for p in spec["patterns"])}
+        commit = str(info.sha)
+        snapshot = os.path.join(repo_dir(repo), "snapshots", commit)
+        missing = missing_in(snapshot, files)
+        need = sum(size or 0 for size in missing.values())
+        plans.append((repo, commit, files, snapshot, need))
+        emit(event="plan", repo=repo, commit=commit, snapshot=snapshot, bytes=sum(s or 0 for s in files.values()), fetch=need,
+             files=len(files), fetch_files=len(missing))
+    probe = cache
+    while not os.path.exists(probe):
+        probe = os.path.dirname(probe)
+    free = shutil.disk_usage(probe).free
+    need = sum(p[4] for p in plans)
+    emit(event="disk", cache=cache, free=free, need=need, reserve=spec["reserve"])
+    if need + spec["reserve"] > free:
+        fail("disk", f"{cache} has {free} bytes free; staging needs {need} plus a reserve of {spec['reserve']}", code=4,
+             free=free, need=need)
+    if spec["mode"] == "plan":
+        return
+
+    for repo, commit, files, snapshot, need in plans:
+        total = sum(size or 0 for size in files.values())
+        stop = threading.Event()
+
+        def report(repo: str = repo, snapshot: str = snapshot, files: dict[str, int | None] = files, total: int = total,
+                   stop: threading.Event = stop) -> None:
+            blobs = os.path.join(repo_dir(repo), "blobs")
+            while not stop.wait(1.0):
+                done = 0
+                for name in files:
+                    try:
+                        done += os.path.getsize(os.path.join(snapshot, name))
+                    except OSError:
+                        pass
+                for partial in glob.glob(os.path.join(blobs, "*.incomplete")):
+                    try:
+                        done += os.path.getsize(partial)
+                    except OSError:
+                        pass
+                emit(event="progress", repo=repo, done=min(done, total), total=total, t=time.time())
+
+        watcher = threading.Thread(target=report, daemon=True)
+        watcher.start()
+        try:
+            snapshot_download(repo, revision=commit, allow_patterns=list(files), max_workers=4)
+        except Exception as exc:  # noqa: BLE001 - a download that stopped is resumed by the next stage
+            fail("network", f"{repo}: the download stopped: {type(exc).__name__}: {exc}", repo=repo)
+        finally:
+            stop.set()
+        left = missing_in(snapshot, files)
+        if left:
+            fail("incomplete", f"{repo}: {len(left)} file(s) are not in the snapshot after the download, "
+                 f"e.g. {sorted(left)[0]}", repo=repo)
+        os.makedirs(records, exist_ok=True)
+        tmp = record_path(repo, commit) + ".tmp"
+        with open(tmp, "w") as handle:
+            json.dump({"repo": repo, "commit": commit, "files": files}, handle, sort_keys=True)
+        os.replace(tmp, record_path(repo, commit))
+        emit(event="staged", repo=repo, commit=commit, snapshot=snapshot, bytes=total, files=len(files), fetched=need)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,230 @@
+"""Staging: the target and drafter checkpoints made present in a host's Hugging Face cache before
+anything running is stopped, so a deploy switches in seconds instead of downloading during an outage.
+
+The work happens on the host, by the engine's own Python (`_stage_host.py`), with the launch
+environment's cache settings (HF_HOME, HF_HUB_CACHE, HF_ENDPOINT from `engine.env`) and the
+profile's secrets (HF_TOKEN) sent over the transport's stdin channel, never in argv or a file. A
+checkpoint already staged costs one round trip and no network; a missing one is sized against the
+cache's free space first, and refused before any byte is fetched when it does not fit.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from specctl.errors import HostError
+from specctl.hosts.transport import Completed, Transport
+
+if TYPE_CHECKING:
+    from specctl.profile.profile import Profile
+
+# What the engine loads: config and tokenizer files, the index and the safetensors shards, and the
+# modelling code of trust-remote-code checkpoints; never .bin/.pt duplicates, GGUF or `original/`.
+PATTERNS = ("*.json", "*.safetensors", "*.py", "*.model", "*.tiktoken", "*.txt", "*.jinja", "tokenizer*")
+RESERVE_BYTES = 2 * 1024**3  # left free on the cache's file system after staging
+STAGE_TIMEOUT_S = 24 * 3600.0
+_SCRIPT = (Path(__file__).with_name("_stage_host.py")).read_text(encoding="utf-8")
+OFFLINE_ENV = "HF_HUB_OFFLINE"
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """A Hugging Face repo at a revision, to stage."""
+
+    repo: str
+    revision: str | None
+
+
+@dataclass(frozen=True)
+class Staged:
+    """A checkpoint present on a host: where its snapshot is, and what staging it fetched."""
+
+    repo: str
+    commit: str
+    snapshot: str
+    bytes: int
+    fetched: int
+
+
+@dataclass(frozen=True)
+class Planned:
+    """What staging a missing checkpoint would fetch (a dry run's answer), and where it would be."""
+
+    repo: str
+    commit: str
+    snapshot: str
+    bytes: int
+    fetch: int
+
+
+@dataclass
+class StageProgress:
+    """One checkpoint's download as the host reports it, with a rate and an ETA from its reports."""
+
+    repo: str
+    done: int
+    total: int
+    rate: float | None = None  # bytes per second since the first report
+    first: tuple[float, int] | None = None
+
+    def update(self, done: int, total: int, now: float) -> None:
+        if self.first is None:
+            self.first = (now, done)
+        elif now > self.first[0]:
+            self.rate = (done - self.first[1]) / (now - self.first[0])
+        self.done, self.total = done, total
+
+    @property
+    def eta_s(self) -> float | None:
+        return (self.total - self.done) / self.rate if self.rate else None
+
+    def text(self) -> str:
+        share = f" ({100 * self.done / self.total:.0f} %)" if self.total else ""
+        rate = f", {size_text(self.rate)}/s" if self.rate else ""
+        eta = f", ETA {_duration(self.eta_s)}" if self.eta_s is not None else ""
+        return f"staging {self.repo}: {size_text(self.done)} of {size_text(self.total)}{share}{rate}{eta}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"repo": self.repo, "done": self.done, "total": self.total, "rate": self.rate, "eta_s": self.eta_s}
+
+
+class StageFailed(HostError):
+    """Staging could not make a checkpoint present; nothing running was touched."""
+
+    def __init__(self, message: str, *, host: str, kind: str, fix: str) -> None:
+        super().__init__(message, host=host, fix=fix)
+        self.kind = kind
+
+
+def checkpoints_of(models: Sequence[tuple[str, str | None]]) -> tuple[Checkpoint, ...]:
+    """The Hub repos among (model, revision) pairs; a path is on the host already and is not staged."""
+    seen: dict[str, Checkpoint] = {}
+    for model, revision in models:
+        if not model.startswith("/") and model not in seen:
+            seen[model] = Checkpoint(model, revision)
+    return tuple(seen.values())
+
+
+def profile_checkpoints(profile: Profile, *, baseline: bool) -> tuple[Checkpoint, ...]:
+    """The Hub checkpoints a profile's launch loads: the target, and the drafter unless it is a baseline."""
+    models = [(profile.target.model, profile.target.revision)]
+    if profile.drafter is not None and not baseline:
+        models.append((profile.drafter.model, profile.drafter.revision))
+    return checkpoints_of(models)
+
+
+def staging_env(engine_env: Mapping[str, str], secrets_env: Mapping[str, str]) -> dict[str, str]:
+    """The launch environment's cache settings and the secrets, without the launch's offline switch."""
+    return {**{k: v for k, v in engine_env.items() if k != OFFLINE_ENV}, **secrets_env}
+
+
+def command(python: str, root: str, checkpoints: Sequence[Checkpoint], mode: str) -> list[str]:
+    request = {"mode": mode, "root": root, "patterns": list(PATTERNS), "reserve": RESERVE_BYTES,
+               "checkpoints": [{"repo": c.repo, "revision": c.revision} for c in checkpoints]}
+    return [python, "-c", _SCRIPT, json.dumps(request, sort_keys=True)]
+
+
+def check(transport: Transport, *, python: str, root: str, checkpoints: Sequence[Checkpoint],
+          env: Mapping[str, str]) -> tuple[list[Staged], list[Checkpoint]]:
+    """What is staged on the host already, from its disk alone: one round trip."""
+    events = _events(transport, _run(transport, command(python, root, checkpoints, "check"), env))
+    staged = [_staged(e) for e in events if e["event"] == "staged"]
+    have = {s.repo for s in staged}
+    return staged, [c for c in checkpoints if c.repo not in have]
+
+
+def plan(transport: Transport, *, python: str, root: str, checkpoints: Sequence[Checkpoint],
+         env: Mapping[str, str]) -> tuple[list[Staged], list[Planned]]:
+    """What is staged, and what the rest would fetch (asks the Hub from the host; downloads nothing)."""
+    events = _events(transport, _run(transport, command(python, root, checkpoints, "plan"), env))
+    return ([_staged(e) for e in events if e["event"] == "staged"],
+            [Planned(e["repo"], e["commit"], e["snapshot"], int(e["bytes"]), int(e["fetch"])) for e in events if e["event"] == "plan"])
+
+
+def stage(transport: Transport, *, python: str, root: str, checkpoints: Sequence[Checkpoint], env: Mapping[str, str],
+          on_progress: Callable[[StageProgress], None] = lambda p: None,
+          slot: Callable[[], Any] | None = None) -> list[Staged]:
+    """Make every checkpoint present on the host. Already staged: one round trip. Otherwise (in a
+    `slot`, the fleet's cap on hosts downloading at once) size, check the disk, download."""
+    staged, missing = check(transport, python=python, root=root, checkpoints=checkpoints, env=env)
+    if not missing:
+        return staged
+    progress: dict[str, StageProgress] = {}
+    lines: list[str] = []
+
+    def line(text: str) -> None:
+        lines.append(text)
+        event = _event(text)
+        if event is not None and event["event"] == "progress":
+            current = progress.setdefault(event["repo"], StageProgress(event["repo"], 0, int(event["total"])))
+            current.update(int(event["done"]), int(event["total"]), time.monotonic())
+            on_progress(current)
+
+    argv = command(python, root, missing, "fetch")
+    if slot is None:
+        done = transport.stream(argv, line, timeout_s=STAGE_TIMEOUT_S, env=dict(env))
+    else:
+        with slot():
+            done = transport.stream(argv, line, timeout_s=STAGE_TIMEOUT_S, env=dict(env))
+    events = _events(transport, done)
+    return staged + [_staged(e) for e in events if e["event"] == "staged"]
+
+
+def _run(transport: Transport, argv: list[str], env: Mapping[str, str]) -> Completed:
+    return transport.run(argv, env=dict(env) or None, timeout_s=300, check=False, retry=True)  # reads and sizes: safe twice
+
+
+def _event(text: str) -> dict[str, Any] | None:
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) and "event" in value else None
+
+
+def _events(transport: Transport, done: Completed) -> list[dict[str, Any]]:
+    """The script's events; its error, as the StageFailed it is."""
+    events = [e for e in map(_event, done.stdout.splitlines()) if e is not None]
+    for e in events:
+        if e["event"] == "error":
+            raise StageFailed(f"{transport.name}: staging refused: {e['message']}", host=transport.name, kind=e["kind"],
+                              fix=_FIXES.get(e["kind"], "nothing running was stopped; run `specctl stage` again to resume"))
+    if done.rc != 0:
+        tail = (done.stderr or done.stdout).strip().splitlines()[-3:]
+        raise StageFailed(f"{transport.name}: staging exited {done.rc}: {' | '.join(tail)}", host=transport.name, kind="exit",
+                          fix="nothing running was stopped; run `specctl stage` again (a download resumes where it stopped)")
+    return events
+
+
+_FIXES = {
+    "no-hub": "install huggingface_hub in the engine's environment (it comes with sglang), or check engine.python",
+    "gated": "accept the repo's terms on the Hub, put a token in HF_TOKEN and list HF_TOKEN under the profile's secrets:",
+    "repo": "check the repo id; a private repo needs HF_TOKEN under the profile's secrets:",
+    "revision": "pin a revision the repo has (a 40-hex commit id from its history)",
+    "network": "nothing running was stopped; check the host's route to the Hub (or HF_ENDPOINT), then stage again: it resumes",
+    "disk": "free space on the cache's file system, or point HF_HOME / HF_HUB_CACHE (engine.env) at a larger one",
+    "incomplete": "run `specctl stage` again: the download resumes",
+}
+
+
+def _staged(e: Mapping[str, Any]) -> Staged:
+    return Staged(e["repo"], e["commit"], e["snapshot"], int(e["bytes"]), int(e.get("fetched", 0)))
+
+
+def size_text(n: float | None) -> str:
+    value = float(n or 0)
+    for unit in ("B", "kB", "MB", "GB"):
+        if value < 1000:
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1000
+    return f"{value:.2f} TB"
+
+
+def _duration(seconds: float | None) -> str:
+    s = int(seconds or 0)
+    return f"{s} s" if s < 120 else f"{s // 60} min" if s < 7200 else f"{s // 3600} h {s % 3600 // 60} min"
