@@ -5,7 +5,7 @@ from __future__ import annotations
 import io
 import json
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -16,6 +16,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # for examples.hub, the checkpoint builder shared with `make demo`
 
 from examples.hub import build_models  # noqa: E402
+from tests.hub_endpoint import HubEndpoint, HubRepo  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
@@ -71,3 +72,42 @@ def run_cli(*args: str) -> CliResult:
 @pytest.fixture
 def cli() -> Iterator[Any]:
     yield run_cli
+
+
+Serve = Callable[..., HubEndpoint]
+
+
+@pytest.fixture
+def serve(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[Serve]:
+    """Start an endpoint and point huggingface_hub at it (env and every place that caches the endpoint)."""
+    started: list[HubEndpoint] = []
+
+    def _serve(repos: dict[str, HubRepo], **kwargs: Any) -> HubEndpoint:
+        endpoint = HubEndpoint(repos, **kwargs).start()
+        started.append(endpoint)
+        url, cache = endpoint.url, tmp_path / "hf-cache"
+        for name, value in {"HF_ENDPOINT": url, "HF_HUB_OFFLINE": "0", "HF_HUB_DISABLE_XET": "1",
+                            "HF_HUB_CACHE": str(cache), "HF_HOME": str(tmp_path / "hf-home")}.items():
+            monkeypatch.setenv(name, value)
+        for name in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HF_OIDC_RESOURCE"):
+            monkeypatch.delenv(name, raising=False)
+        import huggingface_hub.constants as constants  # read HF_* once, at first import
+        import huggingface_hub.hf_api as hf_api
+        from huggingface_hub.utils import _detect_agent
+
+        monkeypatch.setattr(constants, "ENDPOINT", url)
+        monkeypatch.setattr(constants, "HUGGINGFACE_CO_URL_TEMPLATE", url + "/{repo_id}/resolve/{revision}/{filename}")
+        monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)  # conftest pins HF_HUB_OFFLINE=1
+        monkeypatch.setattr(constants, "HF_HUB_DISABLE_XET", True)
+        monkeypatch.setattr(constants, "HF_HUB_CACHE", str(cache))
+        monkeypatch.setattr(constants, "HF_TOKEN_PATH", str(tmp_path / "no-token"))
+        monkeypatch.setattr(hf_api.api, "endpoint", url)  # huggingface_hub.model_info & co. are bound to it
+        # The first request of a process also GETs /api/agent-harnesses (best-effort user-agent telemetry, cached
+        # under HF_HOME): pin the empty registry so request logs do not depend on test order.
+        monkeypatch.setattr(constants, "AGENT_HARNESSES_PATH", str(tmp_path / "hf-home" / ".agent_harnesses.json"))
+        monkeypatch.setattr(_detect_agent, "_registry", _detect_agent._EMPTY_REGISTRY)
+        return endpoint
+
+    yield _serve
+    for endpoint in started:
+        endpoint.stop()

@@ -167,6 +167,9 @@ def deploy(
                 f"{x['repo']}: " + (f"cannot tell: {x['error']}" if x.get("error") else "staged" if x["staged"]
                                     else f"fetch {size_text(x['fetch'])} of {size_text(x['bytes'])}")
                 for x in row.get("stage", ())) or "nothing (paths on the host)"
+            disk = row.get("disk")
+            if disk and not disk["fits"]:
+                stage_text += f"; DISK SHORT: {size_text(disk['free'])} free in {disk['cache']}"
             overlay = row.get("overlay")
             overlay_text = f"{overlay['directory']} -> {overlay['links_to']}, ids {overlay['ids']}" if overlay else "-"
             table.add_row(row["host"], row["current"], stage_text, overlay_text, row["launch"])
@@ -179,7 +182,7 @@ def deploy(
     if no_verify or output.json_mode:
         table = Table("host", "result", "release", title=f"deploy {p.metadata.name} v{p.metadata.version}", title_justify="left")
         for o in reports:
-            table.add_row(o.host, ("ok: " if o.ok else "FAILED: ") + o.detail, o.release or "-")
+            table.add_row(o.host, ("ok: " if o.ok else "FAILED: ") + o.detail + (f" (fix: {o.fix})" if o.fix else ""), o.release or "-")
         output.result({"profile": p.metadata.name, "version": p.metadata.version, "hosts": [o.__dict__ for o in reports]}, table)
     else:
         show_reports(output, reports, f"deploy {p.metadata.name} v{p.metadata.version}")

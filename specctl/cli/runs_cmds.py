@@ -28,7 +28,7 @@ def register(app: typer.Typer) -> None:
 def runs(ctx: typer.Context,
          profile: Annotated[str | None, typer.Option("--profile", help="Only this profile (name).")] = None,
          hosts: Annotated[str | None, typer.Option("--hosts", "--host", help="Only runs on these hosts or groups, comma-separated.")] = None,
-         kind: Annotated[str | None, typer.Option("--kind", help="deploy, verify, baseline, rollback, unlock or tune.")] = None,
+         kind: Annotated[str | None, typer.Option("--kind", help="deploy, verify, baseline, rollback, unlock, tune or stage.")] = None,
          limit: Annotated[int, typer.Option("--limit", help="The newest N runs.")] = 50,
          out: Annotated[Literal["normal", "wide"], typer.Option("-o", "--output", help="normal: what fits the terminal; wide: every column.")] = "normal",
          plot: Annotated[bool, typer.Option("--plot", help="Chart accept length and throughput over time, per profile.")] = False,

@@ -120,7 +120,7 @@ def reports_view(hosts: Sequence[Mapping[str, Any]]) -> RenderableType:
     views: list[RenderableType] = []
     for r in hosts:
         verdict = r.get("verdict")
-        views.append(verdict_view(r["host"], verdict) if verdict and verdict.get("gates") is not None else Text(f"{r['host']}: {r['detail']}"))
+        views.append(verdict_view(r["host"], verdict) if verdict and verdict.get("gates") is not None else Text(f"{r['host']}: {r['detail']}" + (f" (fix: {r['fix']})" if r.get('fix') else "")))
         if r.get("rolled_back_to"):
             views.append(Text(f"{r['host']}: rolled back to {r['rolled_back_to']}"))
             views.append(verdict_view(r["host"], r.get("rollback_verdict")))

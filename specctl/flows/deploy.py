@@ -119,7 +119,8 @@ class Deploy:
         if change is not None and change.previous and change.previous in change.stopped and not getattr(failure, "__notes__", None):
             detail += f"; restored {change.previous}"
         self.rec.host(session.name, release=None, verdict={"passed": False, "error": detail}, passed=False)
-        return HostReport(session.name, False, None, detail, log_tail=tuple(getattr(failure, "log", ()) or ()))
+        return HostReport(session.name, False, None, detail, log_tail=tuple(getattr(failure, "log", ()) or ()),
+                          fix=getattr(failure, "fix", None))
 
     def verify(self, session: HostSession, result: HostReport) -> None:
         """Verify, then keep the release or roll back to the newest verified one (single node only)."""

@@ -21,6 +21,7 @@ class HostReport:
     rollback_verdict: dict[str, Any] | None = None
     log_tail: tuple[str, ...] = ()
     rolled_back: bool = False  # taken back by the failure policy (too many hosts failed to start)
+    fix: str | None = None  # what to do about a failure, when the error says
 
     @property
     def passed(self) -> bool:

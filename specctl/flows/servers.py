@@ -148,11 +148,12 @@ def preview(reach: Reach, report: CheckReport, hosts: Sequence[HostSpec], *, sec
         snapshots: dict[str, str] = {}
         if checkpoints:
             try:
-                staged, planned = staging.plan(t, python=p.engine.python, root=root, checkpoints=checkpoints,
-                                               env=staging.staging_env(p.engine.env, secrets_env))
-                row["stage"] = [{"repo": x.repo, "staged": True, "bytes": x.bytes, "fetch": 0} for x in staged] + \
-                    [{"repo": x.repo, "staged": False, "bytes": x.bytes, "fetch": x.fetch} for x in planned]
-                snapshots = {**{x.repo: x.snapshot for x in staged}, **{x.repo: x.snapshot for x in planned}}
+                answer = staging.plan(t, python=p.engine.python, root=root, checkpoints=checkpoints,
+                                      env=staging.staging_env(p.engine.env, secrets_env))
+                row["stage"] = [{"repo": x.repo, "staged": True, "bytes": x.bytes, "fetch": 0} for x in answer.staged] + \
+                    [{"repo": x.repo, "staged": False, "bytes": x.bytes, "fetch": x.fetch} for x in answer.planned]
+                row["disk"] = {"cache": answer.cache, "free": answer.free, "need": answer.need, "fits": answer.fits}
+                snapshots = {**{x.repo: x.snapshot for x in answer.staged}, **{x.repo: x.snapshot for x in answer.planned}}
             except HostError as exc:
                 row["stage"] = [{"repo": c.repo, "staged": None, "error": error_text(exc)} for c in checkpoints]
         rank = hosts.index(host) if p.parallel.nnodes > 1 else 0

@@ -46,9 +46,11 @@ def stage_hosts(ctx: Context, report: CheckReport, hosts: Sequence[HostSpec], *,
         env = staging.staging_env(p.engine.env, ctx.secrets_env)
         try:
             if dry_run:
-                staged, planned = staging.plan(session.transport, python=p.engine.python, root=session.root,
-                                               checkpoints=checkpoints, env=env)
-                return StageReport(host.name, True, staged, planned)
+                answer = staging.plan(session.transport, python=p.engine.python, root=session.root,
+                                      checkpoints=checkpoints, env=env)
+                short = None if answer.fits else (f"{answer.cache} has {staging.size_text(answer.free)} free; staging needs "
+                                                  f"{staging.size_text(answer.need)} and leaves {staging.size_text(staging.RESERVE_BYTES)}")
+                return StageReport(host.name, answer.fits, answer.staged, answer.planned, error=short)
 
             def progress(done: staging.StageProgress) -> None:
                 session.progress(done.text())

@@ -44,6 +44,23 @@ def fail(kind: str, message: str, code: int = 3, **fields: Any) -> NoReturn:
     sys.exit(code)
 
 
+def kind_of(exc: BaseException) -> str:
+    """What went wrong, by huggingface_hub's error classes (read by name: no import needed to test)."""
+    names = {cls.__name__ for cls in type(exc).__mro__}
+    for name, kind in (("GatedRepoError", "gated"), ("RevisionNotFoundError", "revision"),
+                       ("RepositoryNotFoundError", "repo"), ("EntryNotFoundError", "incomplete")):
+        if name in names:
+            return kind
+    return "network"
+
+
+MESSAGES = {
+    "gated": "{repo} is gated and the Hub refused this host's token (or it had none)",
+    "revision": "{repo} has no revision {revision}",
+    "repo": "{repo} is not on the Hub (or is private and this host's token cannot see it)",
+}
+
+
 def main() -> None:
     spec = json.loads(sys.argv[1])
     try:
@@ -115,15 +132,10 @@ def main() -> None:
         repo, revision = item["repo"], item.get("revision")
         try:
             info = api.model_info(repo, revision=revision, files_metadata=True)
-        except Exception as exc:  # noqa: BLE001 - reported by kind, below
-            name = type(exc).__name__
-            if name == "GatedRepoError":
-                fail("gated", f"{repo} is gated and the Hub refused this host's token (or it had none)", repo=repo)
-            if name == "RevisionNotFoundError":
-                fail("revision", f"{repo} has no revision {revision}", repo=repo)
-            if name == "RepositoryNotFoundError":
-                fail("repo", f"{repo} is not on the Hub (or is private and this host's token cannot see it)", repo=repo)
-            fail("network", f"{repo}: cannot ask the Hub: {name}: {exc}", repo=repo)
+        except Exception as exc:  # noqa: BLE001 - reported by kind
+            kind = kind_of(exc)
+            fail(kind, MESSAGES.get(kind, "{repo}: cannot ask the Hub: {error}").format(
+                repo=repo, revision=revision, error=f"{type(exc).__name__}: {exc}"), repo=repo)
         files: dict[str, int | None] = {s.rfilename: s.size for s in info.siblings or ()
                  if any(fnmatch.fnmatch(s.rfilename, p) for p in spec["patterns"])}
         commit = str(info.sha)
@@ -139,7 +151,7 @@ def main() -> None:
     free = shutil.disk_usage(probe).free
     need = sum(p[4] for p in plans)
     emit(event="disk", cache=cache, free=free, need=need, reserve=spec["reserve"])
-    if need + spec["reserve"] > free:
+    if spec["mode"] == "fetch" and need + spec["reserve"] > free:
         fail("disk", f"{cache} has {free} bytes free; staging needs {need} plus a reserve of {spec['reserve']}", code=4,
              free=free, need=need)
     if spec["mode"] == "plan":
@@ -170,8 +182,10 @@ def main() -> None:
         watcher.start()
         try:
             snapshot_download(repo, revision=commit, allow_patterns=list(files), max_workers=4)
-        except Exception as exc:  # noqa: BLE001 - a download that stopped is resumed by the next stage
-            fail("network", f"{repo}: the download stopped: {type(exc).__name__}: {exc}", repo=repo)
+        except Exception as exc:  # noqa: BLE001 - the files done stay done: the next stage fetches the rest
+            kind = kind_of(exc)
+            fail(kind, MESSAGES.get(kind, "{repo}: the download stopped: {error}").format(
+                repo=repo, revision=commit, error=f"{type(exc).__name__}: {exc}"), repo=repo)
         finally:
             stop.set()
         left = missing_in(snapshot, files)

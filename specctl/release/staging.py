@@ -119,8 +119,9 @@ def profile_checkpoints(profile: Profile, *, baseline: bool) -> tuple[Checkpoint
 
 
 def staging_env(engine_env: Mapping[str, str], secrets_env: Mapping[str, str]) -> dict[str, str]:
-    """The launch environment's cache settings and the secrets, without the launch's offline switch."""
-    return {**{k: v for k, v in engine_env.items() if k != OFFLINE_ENV}, **secrets_env}
+    """The launch environment's cache settings and the secrets; online, whatever the launch or the
+    host's own environment says (staging is the one step that is meant to fetch)."""
+    return {**engine_env, **secrets_env, OFFLINE_ENV: "0"}
 
 
 def command(python: str, root: str, checkpoints: Sequence[Checkpoint], mode: str) -> list[str]:
@@ -138,12 +139,31 @@ def check(transport: Transport, *, python: str, root: str, checkpoints: Sequence
     return staged, [c for c in checkpoints if c.repo not in have]
 
 
+@dataclass(frozen=True)
+class StagePlan:
+    """A dry run's answer for one host: what is staged, what the rest would fetch, and the disk."""
+
+    staged: list[Staged]
+    planned: list[Planned]
+    cache: str | None = None
+    free: int | None = None
+    need: int = 0
+
+    @property
+    def fits(self) -> bool:
+        return self.free is None or self.need + RESERVE_BYTES <= self.free
+
+
 def plan(transport: Transport, *, python: str, root: str, checkpoints: Sequence[Checkpoint],
-         env: Mapping[str, str]) -> tuple[list[Staged], list[Planned]]:
-    """What is staged, and what the rest would fetch (asks the Hub from the host; downloads nothing)."""
+         env: Mapping[str, str]) -> StagePlan:
+    """What is staged, and what the rest would fetch against the cache's free space (asks the Hub
+    from the host; downloads nothing)."""
     events = _events(transport, _run(transport, command(python, root, checkpoints, "plan"), env))
-    return ([_staged(e) for e in events if e["event"] == "staged"],
-            [Planned(e["repo"], e["commit"], e["snapshot"], int(e["bytes"]), int(e["fetch"])) for e in events if e["event"] == "plan"])
+    disk = next((e for e in events if e["event"] == "disk"), None)
+    return StagePlan([_staged(e) for e in events if e["event"] == "staged"],
+                     [Planned(e["repo"], e["commit"], e["snapshot"], int(e["bytes"]), int(e["fetch"]))
+                      for e in events if e["event"] == "plan"],
+                     disk["cache"] if disk else None, int(disk["free"]) if disk else None, int(disk["need"]) if disk else 0)
 
 
 def stage(transport: Transport, *, python: str, root: str, checkpoints: Sequence[Checkpoint], env: Mapping[str, str],

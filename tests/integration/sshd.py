@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import shlex
 import socket
 import subprocess
 import time
@@ -52,6 +53,8 @@ class SshHost:
     # in a namespace: the login shell's ~/.bashrc, this host's own (bind-mounted in its mount namespace),
     # so the hosts do not read this machine's (whose pyenv init takes one lock in one shared ~/.pyenv)
     bashrc: Path | None = None
+    # in a namespace: file systems only this host sees, path -> tmpfs size ("4m"): a disk of its own
+    tmpfs: dict[str, str] = field(default_factory=dict)
 
     def alive(self) -> bool:
         return self.process is not None and self.process.poll() is None
@@ -90,12 +93,19 @@ class SshLab:
             self._add(f"h{i}", i)
         self.write_client_files()
 
-    def add_host(self, name: str, *, port: int = 22) -> SshHost:
-        """One more host after start(), its sshd on `port` (namespaces only), in the client files too."""
-        assert self.use_namespaces or port == 22, "without namespaces every host has its own loopback port"
-        self._add(name, len(self.hosts), port)
+    def add_host(self, name: str, *, port: int = 22, tmpfs: dict[str, str] | None = None) -> SshHost:
+        """One more host after start(), its sshd on `port` (namespaces only), in the client files too;
+        `tmpfs`: paths where it has a small file system of its own that no other host sees."""
+        assert self.use_namespaces or (port == 22 and not tmpfs), "without namespaces hosts share everything"
+        self._add(name, len(self.hosts), port, tmpfs or {})
         self.write_client_files()
         return self.hosts[name]
+
+    def gateway(self, name: str) -> str:
+        """This machine's address on a namespaced host's link: where the host reaches a server the tests run."""
+        host = self.hosts[name]
+        assert host.namespace is not None, "without namespaces the hosts are this machine: use 127.0.0.1"
+        return host.address.rsplit(".", 1)[0] + ".1"
 
     def only_from(self, host: SshHost, *allowed: SshHost) -> None:
         """Drop packets to the host's sshd unless they come from `allowed` (none: from anywhere), so
@@ -108,7 +118,7 @@ class SshLab:
         subprocess.run(["ip", "netns", "exec", host.namespace, "nft", "-f", "-"], input=script.encode(), check=True,
                        capture_output=True)
 
-    def _add(self, name: str, index: int, port: int = 22) -> None:
+    def _add(self, name: str, index: int, port: int = 22, tmpfs: dict[str, str] | None = None) -> None:
         hostdir = self.workdir / name
         hostdir.mkdir()
         _run("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(hostdir / "host_key"))
@@ -128,7 +138,7 @@ class SshLab:
             _run("ip", "netns", "exec", ns, "ip", "route", "add", "default", "via", f"{subnet}.1")
             _run("sysctl", "-qw", "net.ipv4.ip_forward=1")
             (hostdir / "bashrc").write_text("# this host's own login-shell start-up file\n")
-            host = SshHost(name, f"{subnet}.2", port, hostdir / "root", ns, bashrc=hostdir / "bashrc")
+            host = SshHost(name, f"{subnet}.2", port, hostdir / "root", ns, bashrc=hostdir / "bashrc", tmpfs=dict(tmpfs or {}))
         else:
             host = SshHost(name, "127.0.0.1", _free_port(), hostdir / "root", None)
         host.root.mkdir()
@@ -146,8 +156,10 @@ class SshLab:
         argv = [SSHD, "-D", "-e", "-f", str(self.workdir / host.name / "sshd_config")]
         if host.namespace:
             assert host.bashrc is not None
-            own_bashrc = 'if [ -e "$HOME/.bashrc" ]; then mount --bind "$1" "$HOME/.bashrc" || exit 1; fi; shift; exec "$@"'
-            argv = ["ip", "netns", "exec", host.namespace, "sh", "-c", own_bashrc, "sh", str(host.bashrc), *argv]
+            mounts = "".join(f'mkdir -p {shlex.quote(path)} && mount -t tmpfs -o size={size} tmpfs {shlex.quote(path)} || exit 1; '
+                             for path, size in host.tmpfs.items())
+            own = mounts + 'if [ -e "$HOME/.bashrc" ]; then mount --bind "$1" "$HOME/.bashrc" || exit 1; fi; shift; exec "$@"'
+            argv = ["ip", "netns", "exec", host.namespace, "sh", "-c", own, "sh", str(host.bashrc), *argv]
         host.process = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.monotonic() + 10
         while True:

@@ -50,10 +50,23 @@ class Runtime:
         return {"model_type": self.config.get("model_type"), "architectures": self.config.get("architectures")}
 
 
+def model_directory(model: str, revision: str | None) -> str:
+    """A directory as it is; a Hugging Face repo id through the HF cache at its revision, as sglang
+    resolves one (with HF_HUB_OFFLINE=1, the staged snapshot or an error, never a download)."""
+    if Path(model).is_dir() or model.startswith("/"):
+        return model
+    from huggingface_hub import snapshot_download
+
+    return str(snapshot_download(model, revision=revision))
+
+
 def load(args: argparse.Namespace, resolved: Mapping[str, Any], log: Callable[[str], None]) -> Runtime:
     """Load the checkpoints as sglang would for these flags, then warm up (a width mismatch fails here)."""
     log("Load weight begin. device=cpu")
+    args.model_path = model_directory(args.model_path, args.revision)
     drafter = args.speculative_draft_model_path if resolved["speculative_algorithm"] else None
+    if drafter:
+        drafter = model_directory(drafter, args.speculative_draft_model_revision)
     positions: Sequence[int] | None = None
     ids = None
     if drafter:

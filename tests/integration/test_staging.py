@@ -1,0 +1,155 @@
+"""Staging on real sshd hosts with the real huggingface_hub client against a local Hub endpoint:
+a Hub profile (tiny target and drafter served as repos at fixed commits) is staged, deployed with
+its drafter overlay linked into the host's snapshot, and every refusal happens before anything
+running is stopped."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from specctl.flows.demo import MODELS
+from tests.hub_endpoint import HubEndpoint, HubRepo
+from tests.integration.conftest import lab_profile
+from tests.integration.sshd import SshLab
+
+PORT = 31820
+TARGET, DRAFTER = "specctl-test/tiny-llama", "specctl-test/tiny-llama-eagle3"
+COMMITS = {TARGET: hashlib.sha1(b"tiny-llama").hexdigest(), DRAFTER: hashlib.sha1(b"tiny-llama-eagle3").hexdigest()}
+
+
+def repo(name: str, directory: Path, **kwargs: Any) -> HubRepo:
+    return HubRepo({p.name: p for p in directory.iterdir() if p.is_file()}, COMMITS[name], **kwargs)
+
+
+@pytest.fixture
+def hub(lab: SshLab, serve: Any, tmp_path: Path) -> HubEndpoint:
+    """The tiny models as Hub repos, on an address the lab's hosts reach (this machine's side of h0's
+    link). The drafter's config.json names ids [0, 2, 3], as a drafter published under another
+    convention would: its manifest's layers [1, 3, 4] need an overlay with ids [1, 3, 4]."""
+    drafter = tmp_path / "published-drafter"
+    drafter.mkdir()
+    config = json.loads((MODELS / "tiny-llama-eagle3" / "config.json").read_text())
+    config["eagle_config"]["eagle_aux_hidden_state_layer_ids"] = [0, 2, 3]
+    (drafter / "config.json").write_text(json.dumps(config, indent=2))
+    (drafter / "model.safetensors").symlink_to(MODELS / "tiny-llama-eagle3" / "model.safetensors")
+    return serve({TARGET: repo(TARGET, MODELS / "tiny-llama"), DRAFTER: repo(DRAFTER, drafter)}, host=lab.gateway("h0"))
+
+
+def hub_profile(env: dict[str, Any], hub: HubEndpoint, *, cache: str, **engine_env: str) -> str:
+    """v1 with both models taken from the Hub at pinned commits (and a manifest naming them), the
+    host's cache at `cache`."""
+    path = Path(env["tmp"]) / "profiles" / "hub.yaml"
+    manifest = yaml.safe_load((Path(env["tmp"]) / "manifests" / "tiny-llama-eagle3.yaml").read_text())
+    manifest["drafter"] = {"model": DRAFTER, "revision": COMMITS[DRAFTER]}
+    manifest["target"].update({"model": TARGET, "revision": COMMITS[TARGET]})
+    (Path(env["tmp"]) / "manifests" / "hub.yaml").write_text(yaml.safe_dump(manifest, sort_keys=False))
+    drafter: dict[str, Any] = {"model": DRAFTER, "revision": COMMITS[DRAFTER], "manifest": "../manifests/hub.yaml"}
+    path.write_text(yaml.safe_dump({
+        "apiVersion": "specctl/v1", "kind": "Profile", "extends": "tiny-llama-v1.yaml",
+        "metadata": {"name": "tiny-llama-demo", "version": 7},
+        "target": {"model": TARGET, "revision": COMMITS[TARGET]}, "drafter": drafter,
+        "engine": {"env": {"HF_ENDPOINT": hub.url, "HF_HUB_CACHE": cache, "HF_HUB_DISABLE_XET": "1", **engine_env}},
+    }, sort_keys=False))
+    return str(path)
+
+
+@pytest.fixture
+def env(lab: SshLab, tmp_path: Path) -> dict[str, Any]:
+    return lab_profile(lab, tmp_path, PORT)
+
+
+def test_stage_fetches_once_then_costs_no_download(cli: Any, lab: SshLab, env: dict[str, Any], hub: HubEndpoint,
+                                                  tmp_path: Path) -> None:
+    cache = str(tmp_path / "h0-cache")
+    profile = hub_profile(env, hub, cache=cache)
+    first = cli("--json", "stage", profile, "--hosts", "h0", *env["common"])
+    assert first.code == 0, first.stdout + first.stderr
+    [row] = first.json()["hosts"]
+    staged = {s["repo"]: s for s in row["staged"]}
+    assert set(staged) == {TARGET, DRAFTER} and all(s["fetched"] == s["bytes"] > 0 for s in staged.values())
+    snapshot = Path(staged[TARGET]["snapshot"])
+    assert snapshot == Path(cache) / "models--specctl-test--tiny-llama" / "snapshots" / COMMITS[TARGET]
+    assert (snapshot / "model.safetensors").read_bytes() == (MODELS / "tiny-llama" / "model.safetensors").read_bytes()
+    assert hub.file_gets()
+    hub.clear()
+    again = cli("--json", "stage", profile, "--hosts", "h0", *env["common"])
+    assert again.code == 0 and all(s["fetched"] == 0 for s in again.json()["hosts"][0]["staged"])
+    # already staged: the host's disk answers and asks the Hub nothing (what is left is the operator's
+    # own check reading metadata: HEADs, and header ranges of the shards it does not hold)
+    assert [s.path for s in hub.log if s.path.startswith("/api/") or (s.method == "GET" and s.range is None)] == []
+    runs = cli("--json", "runs", "--kind", "stage").json()["runs"]
+    assert [r["status"] for r in runs][-2:] == ["succeeded", "succeeded"]
+
+
+def test_a_hub_profile_deploys_with_its_overlay_linked_into_the_staged_snapshot(
+        cli: Any, lab: SshLab, env: dict[str, Any], hub: HubEndpoint, tmp_path: Path) -> None:
+    cache = str(tmp_path / "h1-cache")
+    profile = hub_profile(env, hub, cache=cache)
+    checked = cli("--json", "check", profile)
+    assert checked.code == 0, checked.stdout
+    result = cli("--json", "deploy", profile, "--hosts", "h1", "--no-verify", *env["common"])
+    assert result.code == 0, result.stdout + result.stderr
+    events = [json.loads(line) for line in result.stderr.splitlines() if line.startswith("{")]
+    assert any(e.get("event") == "staged" and e["host"] == "h1" for e in events)
+    release = lab.hosts["h1"].root / "tiny-llama-demo" / "releases" / result.json()["hosts"][0]["release"]
+    overlay = release / "drafter-overlay"
+    link = os.readlink(overlay / "model.safetensors")
+    assert link.startswith(f"{cache}/models--specctl-test--tiny-llama-eagle3/snapshots/{COMMITS[DRAFTER]}/")
+    assert json.loads((overlay / "config.json").read_text())["eagle_config"]["eagle_aux_hidden_state_layer_ids"] == [1, 3, 4]
+    launch = (release / "launch.sh").read_text()
+    assert "export HF_HUB_OFFLINE=1" in launch and f"--revision {COMMITS[TARGET]}" in launch
+    status = cli("--json", "status", profile, "--hosts", "h1", *env["common"]).json()["hosts"][0]
+    assert status["healthy"]
+    cli("stop", profile, "--hosts", "h1", *env["common"])
+
+
+def test_refusals_come_before_anything_is_stopped(cli: Any, lab: SshLab, env: dict[str, Any], hub: HubEndpoint,
+                                                  tmp_path: Path) -> None:
+    """An unknown revision, a gated repo without a token and a disk too small: each is refused by
+    the stage step, no file body is fetched, and the running release keeps serving."""
+    host = lab.hosts["h2"]
+    disk = str(tmp_path / "small-disk")
+    host.tmpfs = {disk: "4m"}  # a file system only h2 sees (its sshd's mount namespace)
+    lab.stop_sshd(host)
+    lab.start_sshd(host)
+    common = [*env["common"], "--hosts", "h2"]
+    try:
+        assert cli("deploy", env["v1"], "--no-verify", *common).code == 0
+        running = cli("--json", "status", env["v1"], *common).json()["hosts"][0]["current"]
+
+        unknown = hub_profile(env, hub, cache=str(tmp_path / "c1"))
+        data = yaml.safe_load(Path(unknown).read_text())
+        data["target"]["revision"] = "0" * 40
+        Path(unknown).write_text(yaml.safe_dump(data))
+        result = cli("--json", "deploy", unknown, "--no-verify", "--skip-check", *common)
+        assert result.code == 3 and f"{TARGET} has no revision {'0' * 40}" in result.stdout, result.stdout
+
+        hub.repos[TARGET].gated = True
+        gated = hub_profile(env, hub, cache=str(tmp_path / "c2"))
+        result = cli("--json", "deploy", gated, "--no-verify", "--skip-check", *common)
+        [row] = result.json()["hosts"]
+        assert result.code == 3 and "is gated" in row["detail"] and "HF_TOKEN" in row["fix"], result.stdout
+        hub.repos[TARGET].gated = False
+
+        small = hub_profile(env, hub, cache=f"{disk}/hf")
+        result = cli("--json", "deploy", small, "--no-verify", *common)
+        assert result.code == 3 and f"{disk}/hf has" in result.stdout, result.stdout
+        assert not Path(disk, "hf").exists()  # what h2 wrote there, only h2 sees
+
+        # refused before any weights were fetched (the operator's check reads configs and header ranges)
+        assert [s.path for s in hub.file_gets() if s.path.endswith(".safetensors") and s.range is None] == []
+        after = cli("--json", "status", env["v1"], *common).json()["hosts"][0]
+        assert after["current"] == running and after["healthy"]
+    finally:
+        cli("stop", env["v1"], *common)
+        host.tmpfs = {}
+        lab.stop_sshd(host)
+        lab.start_sshd(host)
