@@ -41,6 +41,7 @@ import hashlib
 import json
 import re
 import threading
+import time
 from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -56,6 +57,7 @@ LFS_SUFFIXES = frozenset({".safetensors", ".bin", ".pt", ".pth", ".ckpt", ".gguf
 LFS_MIN_SIZE = 10 * 1024 * 1024
 LFS_POINTER_SIZE = 134
 CHUNK = 1024 * 1024
+SLOW_CHUNK = 64 * 1024  # under a rate limit: small enough that the pace is even
 
 _REPO = r"(?P<repo>[^/]+(?:/[^/]+)?)"
 _API_RE = re.compile(rf"/api/models/{_REPO}(?:/(?P<kind>revision|tree)/(?P<rev>[^/]+)(?:/(?P<sub>.+))?)?")
@@ -146,6 +148,8 @@ class HubEndpoint:
         # When set, the next file GET whose body is longer than this is cut after that many body bytes (the
         # connection is closed, as when a network drops mid-shard); it then resets itself to None.
         self.cut_after_bytes: int | None = None
+        self.cut_always = False  # with cut_after_bytes: cut every such body, not only the next one (a link that keeps dropping)
+        self.rate_bytes_per_s: float | None = None  # when set, file bodies are sent no faster (a slow uplink)
         self.log: list[Served] = []
         self._lock = threading.Lock()
         self._server: _Server | None = None
@@ -226,7 +230,8 @@ class HubEndpoint:
             cut = self.cut_after_bytes
             if cut is None or body_length <= cut:
                 return None
-            self.cut_after_bytes = None
+            if not self.cut_always:
+                self.cut_after_bytes = None
             return cut
 
 
@@ -354,13 +359,16 @@ class _Handler(BaseHTTPRequestHandler):
         try:
             with path.open("rb") as handle:
                 handle.seek(start)
+                rate = self.hub.rate_bytes_per_s
                 while remaining > 0:
-                    chunk = handle.read(min(CHUNK, remaining))
+                    chunk = handle.read(min(CHUNK if rate is None else SLOW_CHUNK, remaining))
                     if not chunk:
                         break
                     self.hub._count(served, len(chunk))  # count first: the client may finish before we return
                     self.wfile.write(chunk)
                     remaining -= len(chunk)
+                    if rate is not None:
+                        time.sleep(len(chunk) / rate)
         except (BrokenPipeError, ConnectionResetError):
             self.close_connection = True
         if cut is not None:

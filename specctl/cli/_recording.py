@@ -23,6 +23,7 @@ def recorded(output: Output, *, ledger: str | None, reason: str | None = None, s
     goes to stderr: lines for people, or under --json one JSON object per event."""
     import json
     import threading
+    import time
 
     from specctl.cancel import on_signals
     from specctl.flows.session import Context
@@ -41,7 +42,8 @@ def recorded(output: Output, *, ledger: str | None, reason: str | None = None, s
                 ctx.stage_slots = threading.BoundedSemaphore(max(1, stage_parallel))
             if output.json_mode:
                 def event(host: str, fields: dict[str, object]) -> None:
-                    output.err.file.write(json.dumps({"host": host, **fields}, sort_keys=True, default=str) + "\n")
+                    record = {"host": host, "time": round(time.time(), 3), **fields}
+                    output.err.file.write(json.dumps(record, sort_keys=True, default=str) + "\n")
                     output.err.file.flush()
                 ctx.on_event = event
             yield ctx

@@ -8,7 +8,9 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import sys
+import threading
+import time
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -153,3 +155,72 @@ def test_refusals_come_before_anything_is_stopped(cli: Any, lab: SshLab, env: di
         host.tmpfs = {}
         lab.stop_sshd(host)
         lab.start_sshd(host)
+
+
+def test_the_running_server_answers_while_a_deploy_stages(cli: Any, lab: SshLab, env: dict[str, Any], hub: HubEndpoint,
+                                                          tmp_path: Path) -> None:
+    """Staging happens beside the running release: /health keeps answering for the seconds a slow
+    download takes, and the outage is only the switch (reported, not timed against a bound)."""
+    common = [*env["common"], "--hosts", "h0"]
+    assert cli("deploy", env["v1"], "--no-verify", *common).code == 0
+    url = f"http://{lab.hosts['h0'].address}:{PORT}/health"
+    polls: list[tuple[float, bool]] = []
+    done = threading.Event()
+
+    def poll() -> None:
+        while not done.is_set():
+            try:
+                with urllib.request.urlopen(url, timeout=1) as answer:
+                    polls.append((time.time(), answer.status == 200))
+            except OSError:
+                polls.append((time.time(), False))
+            time.sleep(0.05)
+
+    hub.rate_bytes_per_s = 1_000_000  # 3.7 MB of weights: about four seconds of staging
+    poller = threading.Thread(target=poll, daemon=True)
+    poller.start()
+    try:
+        began = time.time()
+        result = cli("--json", "deploy", hub_profile(env, hub, cache=str(tmp_path / "h0-cache")), "--no-verify", *common)
+    finally:
+        done.set()
+        poller.join()
+    assert result.code == 0, result.stdout + result.stderr
+    events = [json.loads(line) for line in result.stderr.splitlines() if line.startswith("{")]
+    staged_at = next(e["time"] for e in events if e.get("event") == "staged")
+    assert any(e.get("event") == "stage-progress" and e["total"] > 0 for e in events)
+    assert staged_at - began > 2.0  # the download really took a while
+    during = [ok for t, ok in polls if began <= t <= staged_at]
+    assert during and all(during)  # the old server answered throughout
+    after = [(t, ok) for t, ok in polls if t > staged_at]
+    down = [t for t, ok in after if not ok]
+    gap = (max(down) - min(down)) if down else 0.0
+    print(f"staging took {staged_at - began:.1f} s with the old server answering; /health was down for {gap:.1f} s")
+    assert after and after[-1][1]  # the new release answers at the end
+    cli("stop", env["v1"], *common)
+
+
+def test_a_link_that_keeps_dropping_fails_the_stage_not_the_running_server(
+        cli: Any, lab: SshLab, env: dict[str, Any], hub: HubEndpoint, tmp_path: Path) -> None:
+    """Every weights download is cut short: huggingface_hub's own retries give up, the deploy fails
+    in its stage step with the old release still serving, and the next stage keeps what was done."""
+    common = [*env["common"], "--hosts", "h0"]
+    assert cli("deploy", env["v1"], "--no-verify", *common).code == 0
+    running = cli("--json", "status", env["v1"], *common).json()["hosts"][0]["current"]
+    profile = hub_profile(env, hub, cache=str(tmp_path / "h0-cache"))
+    hub.cut_after_bytes, hub.cut_always = 400_000, True
+    result = cli("--json", "deploy", profile, "--no-verify", *common)
+    [row] = result.json()["hosts"]
+    assert result.code == 3 and "staging refused" in row["detail"] and "stage again" in row["fix"], result.stdout
+    after = cli("--json", "status", env["v1"], *common).json()["hosts"][0]
+    assert after["current"] == running and after["healthy"]
+    def target_config_gets() -> int:  # the operator's check reads it once into its own cache; the host once into its
+        return len([s for s in hub.file_gets() if s.repo_id == TARGET and s.filename == "config.json" and s.range is None])
+
+    fetched_configs = target_config_gets()
+    assert fetched_configs == 2
+    hub.cut_after_bytes, hub.cut_always = None, False
+    again = cli("--json", "stage", profile, *common)
+    assert again.code == 0, again.stdout
+    assert target_config_gets() == fetched_configs  # the host's finished file stayed finished
+    cli("stop", env["v1"], *common)
