@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import sys
 import threading
 import time
 import urllib.request
@@ -224,3 +225,58 @@ def test_a_link_that_keeps_dropping_fails_the_stage_not_the_running_server(
     assert again.code == 0, again.stdout
     assert target_config_gets() == fetched_configs  # the host's finished file stayed finished
     cli("stop", env["v1"], *common)
+
+
+def test_the_kimi_example_dry_runs_on_eight_hosts(cli: Any, lab: SshLab, serve: Any, example_hub: Path, tmp_path: Path,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """The project's own Kimi-K2.5 profile (Hub target and drafter, drafter ids needing an overlay),
+    with --dry-run on an inventory of eight hosts: per host, what staging would fetch (sizes from the
+    Hub endpoint, which serves the example checkpoints' metadata and sparse shards), the overlay
+    built from the drafter's snapshot there, and the launch command. No refusal."""
+    root = Path(__file__).resolve().parents[2]
+    kimi = yaml.safe_load((root / "profiles" / "kimi-k2.5-tp8.yaml").read_text())
+    repos = {}
+    for part in ("target", "drafter"):
+        repo_id, commit = kimi[part]["model"], kimi[part]["revision"]
+        snapshot = example_hub / f"models--{repo_id.replace('/', '--')}" / "snapshots" / commit
+        repos[repo_id] = HubRepo({p.name: p for p in snapshot.iterdir()}, commit)
+    hub = serve(repos, host=lab.gateway("h0"))
+    monkeypatch.setenv("HF_HUB_CACHE", str(example_hub))  # the operator's own cache holds the metadata
+    import huggingface_hub.constants
+
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(example_hub))
+    (tmp_path / "profiles").mkdir()
+    (tmp_path / "manifests").mkdir()
+    for name in ("profiles/kimi-k2.5-tp8.yaml", "manifests/kimi-k25-eagle3.yaml"):
+        (tmp_path / name).write_text((root / name).read_text())
+    hosts = [f"kimi-node-{i}" for i in range(8)]
+    lines = ["apiVersion: specctl/v1", "kind: Inventory", "hosts:"]
+    for i, name in enumerate(hosts):  # eight inventory hosts on the lab's three sshds, each with its own state
+        lines += [f"  {name}:", f"    ssh: h{i % 3}", f"    root: {tmp_path / 'roots' / name}"]
+    (tmp_path / "hosts.yaml").write_text("\n".join(lines) + "\n")
+    profile = tmp_path / "profiles" / "kimi-dry.yaml"
+    profile.write_text(yaml.safe_dump({
+        "apiVersion": "specctl/v1", "kind": "Profile", "extends": "kimi-k2.5-tp8.yaml",
+        "metadata": {"name": "kimi-k2.5-tp8", "version": 4},
+        "engine": {"python": sys.executable, "env": {"HF_ENDPOINT": hub.url, "HF_HUB_CACHE": str(tmp_path / "host-cache")}},
+        "hosts": hosts,
+    }, sort_keys=False))
+    result = cli("--json", "deploy", str(profile), "--dry-run", "--offline", "--inventory", str(tmp_path / "hosts.yaml"),
+                 "--ssh-config", str(lab.ssh_config))
+    assert result.code == 0, result.stdout + result.stderr
+    rows = result.json()["dry_run"]
+    assert [r["host"] for r in rows] == hosts
+    total = sum(p.stat().st_size for p in repos[kimi["target"]["model"]].files.values())
+    for row in rows:
+        stage = {s["repo"]: s for s in row["stage"]}
+        assert stage[kimi["target"]["model"]]["fetch"] == total > 500e9  # the sparse shards' real sizes
+        assert not row["disk"]["fits"]  # nobody here has 600 GB free: said, not refused
+        overlay = row["overlay"]
+        assert overlay["links_to"] == (f"{tmp_path / 'host-cache'}/models--AQ-MedAI--Kimi-K25-eagle3/snapshots/"
+                                       f"{kimi['drafter']['revision']}")
+        assert overlay["ids"] == [3, 31, 59]  # under 0.5.23's DeepSeek/Kimi rule they capture the trained [2, 30, 58]
+        assert "sglang.launch_server" in row["launch"] and "--speculative-draft-model-path" in row["launch"]
+    assert hub.file_gets() == []  # a dry run fetches nothing
+    text = cli("deploy", str(profile), "--dry-run", "--offline", "--inventory", str(tmp_path / "hosts.yaml"),
+               "--ssh-config", str(lab.ssh_config))
+    assert text.code == 0 and "DISK" in text.stdout and "SHORT" in text.stdout and "kimi-node-7" in text.stdout
