@@ -84,6 +84,24 @@ def _proxy_process(upstream: tuple[str, int], delay_s: float) -> tuple[int, mult
     return int(parent.recv()), process
 
 
+def delayed_fleet(lab: SshLab, work: Path, latency_ms: float) -> list[multiprocessing.Process]:
+    """Every lab host reached through a delaying proxy of its own: writes work/ssh_config, work/known
+    and work/hosts.yaml (the hosts' servers reached at their own addresses); returns the proxies."""
+    config, known = lab.ssh_config.read_text(), lab.known_hosts.read_text()
+    lines = ["apiVersion: specctl/v1", "kind: Inventory", "hosts:"]
+    proxies: list[multiprocessing.Process] = []
+    for host in lab.hosts.values():
+        proxy_port, process = _proxy_process((host.address, host.port), latency_ms / 1000)
+        proxies.append(process)
+        config = config.replace(f"HostName {host.address}\n  Port {host.port}", f"HostName 127.0.0.1\n  Port {proxy_port}")
+        known += f"[127.0.0.1]:{proxy_port} ssh-ed25519 {host.host_key_pub}\n"
+        lines += [f"  {host.name}:", f"    ssh: {host.name}", f"    root: {host.root}", f"    address: {host.address}"]
+    (work / "known").write_text(known)
+    (work / "ssh_config").write_text(config.replace(str(lab.known_hosts), str(work / "known")))
+    (work / "hosts.yaml").write_text("\n".join(lines) + "\n")
+    return proxies
+
+
 # answers every request at once: /health_generate 200, so readiness is the first poll
 STAND_IN = """#!{python}
 import sys
@@ -122,18 +140,7 @@ def main() -> int:
                 quotas.append(HostQuota(host.name, args.host_cpu))
                 assert host.process is not None
                 quotas[-1].join(host.process.pid)
-        config = lab.ssh_config.read_text()
-        known = lab.known_hosts.read_text()
-        lines = ["apiVersion: specctl/v1", "kind: Inventory", "hosts:"]
-        for host in lab.hosts.values():
-            proxy_port, process = _proxy_process((host.address, host.port), args.latency_ms / 1000)
-            proxies.append(process)
-            config = config.replace(f"HostName {host.address}\n  Port {host.port}", f"HostName 127.0.0.1\n  Port {proxy_port}")
-            known += f"[127.0.0.1]:{proxy_port} ssh-ed25519 {host.host_key_pub}\n"
-            lines += [f"  {host.name}:", f"    ssh: {host.name}", f"    root: {host.root}", f"    address: {host.address}"]
-        (work / "known").write_text(known)
-        (work / "ssh_config").write_text(config.replace(str(lab.known_hosts), str(work / "known")))
-        (work / "hosts.yaml").write_text("\n".join(lines) + "\n")
+        proxies += delayed_fleet(lab, work, args.latency_ms)
         v1, _ = write_inputs(work, 31700)
         data = yaml.safe_load(v1.read_text())
         data["engine"]["host"] = "0.0.0.0"

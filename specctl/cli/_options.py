@@ -11,7 +11,9 @@ from specctl.cli._output import Output
 from specctl.errors import InputError
 
 if TYPE_CHECKING:
+    from specctl.facts.remote import ReadOnHosts
     from specctl.hosts.inventory import HostSpec
+    from specctl.profile import Profile
 
 ProfileArg = Annotated[Path, typer.Argument(help="Profile YAML file.", show_default=False)]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON on stdout.")]
@@ -69,3 +71,20 @@ def target_hosts(profile_hosts: list[str], hosts: str | None, inventory: str | N
     if not names:
         raise InputError("no hosts: the profile lists none and --hosts was not given", fix="add `hosts:` to the profile or pass --hosts")
     return resolve_hosts(names, inventory_path(inventory))
+
+
+OnOpt = Annotated[str | None, typer.Option("--on", metavar="HOST",
+                                           help="Read checkpoints given as host paths on this inventory host (over SSH), "
+                                                "even when this machine has them.")]
+
+
+def facts_on_hosts(on: str | None, inventory: str | None, ssh_config: str | None, accept_new_host_key: bool) -> ReadOnHosts:
+    """Where check reads host-path checkpoints this machine cannot see: `--on HOST` (always there),
+    else the first of the profile's hosts."""
+    from specctl.facts.remote import ReadOnHosts
+    from specctl.hosts.inventory import inventory_path, resolve_hosts
+
+    def hosts(profile: Profile) -> list[HostSpec]:
+        return resolve_hosts([on] if on else profile.hosts, inventory_path(inventory))
+
+    return ReadOnHosts(hosts, ssh_config, accept_new_host_key, forced=on is not None)

@@ -132,6 +132,8 @@ def deploy(
     no_rollback: Annotated[bool, typer.Option("--no-rollback", help="Keep a release whose verify failed (exit 1 instead of 4).")] = False,
     baseline_mode: BaselineOpt = "auto",
     stage_parallel: StageParallelOpt = STAGE_PARALLEL,
+    no_stage: Annotated[bool, typer.Option("--no-stage", help="Do not stage Hub checkpoints first: the engine downloads "
+                                           "them when it starts, after the running server was stopped (a longer outage).")] = False,
     ledger: LedgerOpt = None,
     ssh_config: SshConfigOpt = None, accept_new_host_key: AcceptOpt = False, json_mode: JsonOpt = False, offline: OfflineOpt = False,
 ) -> None:
@@ -140,13 +142,16 @@ def deploy(
     from rich.table import Table
 
     from specctl.cli.views import findings_view, show_reports
+    from specctl.facts.remote import ReadOnHosts
     from specctl.flows import servers, static
     from specctl.flows.baseline import checked_mode
     from specctl.flows.deploy import deploy as deploy_flow
 
     output = command_output(ctx, json_mode)
     mode = checked_mode(baseline_mode)
-    report = static.check(profile, offline=offline)
+    # host paths this machine cannot see: read on every target host, refused when the hosts' copies differ
+    report = static.check(profile, offline=offline, on_hosts=ReadOnHosts(lambda p: target_hosts(p.hosts, hosts, inventory),
+                                                                         ssh_config, accept_new_host_key, every=True))
     errors = [f for f in report.findings if f.severity.value == "error"]
     if errors and not skip_check:
         output.hint(findings_view(f"deploy refused: {profile}", errors))
@@ -178,7 +183,7 @@ def deploy(
     with recorded(output, ledger=ledger, reason=reason, secrets=p.secrets, ssh_config=ssh_config,
                   accept_new_host_key=accept_new_host_key, budget_s=startup_timeout, stage_parallel=stage_parallel) as rc:
         reports = deploy_flow(rc, report, targets, max_failures=max_failures, run_verify=not no_verify,
-                              auto_rollback=not no_rollback, baseline_mode=mode, skip_check=skip_check)
+                              auto_rollback=not no_rollback, baseline_mode=mode, skip_check=skip_check, stage=not no_stage)
     if no_verify or output.json_mode:
         table = Table("host", "result", "release", title=f"deploy {p.metadata.name} v{p.metadata.version}", title_justify="left")
         for o in reports:

@@ -7,7 +7,18 @@ from typing import Annotated, Literal
 
 import typer
 
-from specctl.cli._options import AssumeOpt, EnginePythonOpt, JsonOpt, OfflineOpt, ProfileArg
+from specctl.cli._options import (
+    AcceptOpt,
+    AssumeOpt,
+    EnginePythonOpt,
+    InventoryOpt,
+    JsonOpt,
+    OfflineOpt,
+    OnOpt,
+    ProfileArg,
+    SshConfigOpt,
+    facts_on_hosts,
+)
 from specctl.cli._output import Output
 from specctl.errors import CheckFailed, DocumentError, InputError
 
@@ -57,15 +68,19 @@ def validate(
 
 
 def check(ctx: typer.Context, profile: ProfileArg, json_mode: JsonOpt = False, offline: OfflineOpt = False,
-          assume_convention: AssumeOpt = None, engine_python: EnginePythonOpt = None) -> None:
-    """Run the static checks of a profile: capture layers, widths, vocab, TP, memory, engine flags."""
+          assume_convention: AssumeOpt = None, engine_python: EnginePythonOpt = None, on: OnOpt = None,
+          inventory: InventoryOpt = None, ssh_config: SshConfigOpt = None, accept_new_host_key: AcceptOpt = False) -> None:
+    """Run the static checks of a profile: capture layers, widths, vocab, TP, memory, engine flags.
+    A checkpoint given as a host path that this machine cannot see is read on the profile's first
+    host (or on --on HOST), over SSH."""
     from specctl.flows import static
 
     output = _output(ctx, json_mode)
-    report = static.check(profile, offline=offline, assume_convention=assume_convention, engine_python=engine_python)
+    report = static.check(profile, offline=offline, assume_convention=assume_convention, engine_python=engine_python,
+                          on_hosts=facts_on_hosts(on, inventory, ssh_config, accept_new_host_key))
     failed = any(f.severity.value == "error" for f in report.findings)
     data = {"profile": str(profile), "ok": not failed, "findings": [f.to_dict() for f in report.findings],
-            "sha256": report.inputs.profile_sha256}
+            "sha256": report.inputs.profile_sha256, "facts": {role: s.to_dict() for role, s in report.facts.items()}}
     if output.json_mode:
         output.result(data)
     else:

@@ -70,6 +70,7 @@ class Deploy:
     auto_rollback: bool
     baseline_mode: str
     gate: NodeGate | None  # multi-node only
+    stage: bool = True  # False: the engine downloads Hub checkpoints itself when it starts (after the stop)
 
     def host(self, rank: int, session: HostSession) -> HostReport:
         """One host's deploy, start to end, under its lock (held until the run's copy is kept)."""
@@ -109,7 +110,8 @@ class Deploy:
         return Change(session, session.release(self.rec.run_id), port=p.engine.port, python=p.engine.python,
                       distribution=engine.distribution(), startup_stages=engine.startup_stages(), budget_s=self.ctx.budget_s,
                       files=lambda staged: release_contents(self.report, self.plan, node, staged), ready_gate=self.gate,
-                      node_rank=rank, checkpoints=profile_checkpoints(p, baseline=False), stage_env=dict(p.engine.env))
+                      node_rank=rank, checkpoints=profile_checkpoints(p, baseline=False) if self.stage else (),
+                      stage_env=dict(p.engine.env))
 
     def failed(self, session: HostSession, change: Change | None, failure: BaseException) -> HostReport:
         """A host whose stages failed (and were undone): its report and ledger record."""
@@ -145,21 +147,22 @@ class Deploy:
 
 
 def deploy(ctx: Context, report: CheckReport, hosts: Sequence[HostSpec], *, max_failures: int = 0, run_verify: bool = True,
-           auto_rollback: bool = True, baseline_mode: str = "auto", skip_check: bool = False) -> list[HostReport]:
+           auto_rollback: bool = True, baseline_mode: str = "auto", skip_check: bool = False,
+           stage: bool = True) -> list[HostReport]:
     """Deploy to every host in parallel, verify, and roll back a host whose verify fails."""
     p = report.inputs.profile
     name, nnodes = p.metadata.name, p.parallel.nnodes
     if nnodes > 1 and len(hosts) != nnodes:
         raise InputError(f"{name} spans {nnodes} nodes but {len(hosts)} host(s) were given", fix=f"pass exactly {nnodes} hosts, node rank 0 first")
     sessions = [ctx.session(h, name) for h in hosts]
-    the_plan = plan(report, node0_address=sessions[0].transport.address if nnodes > 1 else None)
+    the_plan = plan(report, node0_address=sessions[0].transport.address if nnodes > 1 else None, staged=stage)
     errors = [f.to_dict() for f in report.findings if f.severity is Severity.ERROR]
     try:
         with recording(ctx, "deploy", hosts=[h.name for h in hosts], **profile_fields(report),
-                       inputs={"skip_check": skip_check, "check_errors": errors, "max_failures": max_failures,
+                       inputs={"skip_check": skip_check, "check_errors": errors, "max_failures": max_failures, "stage": stage,
                                "capture": the_plan.capture}) as rec:
             flow = Deploy(ctx, report, the_plan, rec, FleetPolicy(len(hosts), 0 if nnodes > 1 else max_failures), run_verify,
-                          auto_rollback, baseline_mode, NodeGate() if nnodes > 1 else None)
+                          auto_rollback, baseline_mode, NodeGate() if nnodes > 1 else None, stage)
             rank = {h.name: i if nnodes > 1 else 0 for i, h in enumerate(hosts)}  # every single-node host is node rank 0
             session_of = {h.name: s for h, s in zip(hosts, sessions, strict=True)}
             group = run_group(hosts, lambda h: flow.host(rank[h.name], session_of[h.name]), max_workers=len(hosts))

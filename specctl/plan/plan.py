@@ -55,8 +55,10 @@ class Plan:
 
 
 def build_plan(inputs: Inputs, resolution: CaptureResolution | None, *, baseline: bool = False,
-               node0_address: str | None = None) -> Plan:
+               node0_address: str | None = None, staged: bool = True) -> Plan:
     """The launch plan of every node; `baseline` serves the same target without speculation.
+    Hub checkpoints are `staged` before the launch (so it starts offline from them), unless a deploy
+    leaves the download to the engine.
 
     Multi-node ranks meet at node 0: its resolved address when a deploy knows it, else its host name.
     """
@@ -68,7 +70,7 @@ def build_plan(inputs: Inputs, resolution: CaptureResolution | None, *, baseline
         drafter, drafter_revision = (OVERLAY_PATH, None) if overlay else (p.drafter.model, p.drafter.revision)
     node0 = node0_address or (p.hosts[0] if p.hosts else None)
     env = dict(p.engine.env)
-    if any(not is_local_path(m) for m in (p.target.model, *([drafter] if drafter else []))):
+    if staged and any(not is_local_path(m) for m in (p.target.model, *([drafter] if drafter else []))):
         env.setdefault("HF_HUB_OFFLINE", "1")  # deploy stages the Hub checkpoints first: start from them, fetch nothing else
     nodes = []
     for rank in range(p.parallel.nnodes):

@@ -9,9 +9,7 @@ import hashlib
 import json
 import os
 import sys
-import threading
 import time
-import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +19,7 @@ import yaml
 from specctl.flows.demo import MODELS
 from tests.hub_endpoint import HubEndpoint, HubRepo
 from tests.integration.conftest import lab_profile
+from tests.integration.health import HealthPolls
 from tests.integration.sshd import SshLab
 
 PORT = 31820
@@ -164,40 +163,21 @@ def test_the_running_server_answers_while_a_deploy_stages(cli: Any, lab: SshLab,
     download takes, and the outage is only the switch (reported, not timed against a bound)."""
     common = [*env["common"], "--hosts", "h0"]
     assert cli("deploy", env["v1"], "--no-verify", *common).code == 0
-    url = f"http://{lab.hosts['h0'].address}:{PORT}/health"
-    polls: list[tuple[float, bool]] = []
-    done = threading.Event()
-
-    def poll() -> None:
-        while not done.is_set():
-            try:
-                with urllib.request.urlopen(url, timeout=1) as answer:
-                    polls.append((time.time(), answer.status == 200))
-            except OSError:
-                polls.append((time.time(), False))
-            time.sleep(0.05)
-
     hub.rate_bytes_per_s = 1_000_000  # 3.7 MB of weights: about four seconds of staging
-    poller = threading.Thread(target=poll, daemon=True)
-    poller.start()
-    try:
+    with HealthPolls(f"http://{lab.hosts['h0'].address}:{PORT}/health") as health:
         began = time.time()
         result = cli("--json", "deploy", hub_profile(env, hub, cache=str(tmp_path / "h0-cache")), "--no-verify", *common)
-    finally:
-        done.set()
-        poller.join()
+        health.wait_answered(30)
     assert result.code == 0, result.stdout + result.stderr
     events = [json.loads(line) for line in result.stderr.splitlines() if line.startswith("{")]
     staged_at = next(e["time"] for e in events if e.get("event") == "staged")
     assert any(e.get("event") == "stage-progress" and e["total"] > 0 for e in events)
     assert staged_at - began > 2.0  # the download really took a while
-    during = [ok for t, ok in polls if began <= t <= staged_at]
+    during = [ok for t, ok in health.polls if began <= t <= staged_at]
     assert during and all(during)  # the old server answered throughout
-    after = [(t, ok) for t, ok in polls if t > staged_at]
-    down = [t for t, ok in after if not ok]
-    gap = (max(down) - min(down)) if down else 0.0
-    print(f"staging took {staged_at - began:.1f} s with the old server answering; /health was down for {gap:.1f} s")
-    assert after and after[-1][1]  # the new release answers at the end
+    print(f"staging took {staged_at - began:.1f} s with the old server answering; "
+          f"/health was then down for {health.longest_gap(since=staged_at):.1f} s")
+    assert health.polls[-1][1]  # the new release answers at the end
     cli("stop", env["v1"], *common)
 
 
