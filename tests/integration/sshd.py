@@ -55,6 +55,8 @@ class SshHost:
     bashrc: Path | None = None
     # in a namespace: file systems only this host sees, path -> tmpfs size ("4m"): a disk of its own
     tmpfs: dict[str, str] = field(default_factory=dict)
+    # in a namespace: files this host sees in place of this machine's, target path -> the file shown there
+    binds: dict[str, str] = field(default_factory=dict)
 
     def alive(self) -> bool:
         return self.process is not None and self.process.poll() is None
@@ -158,6 +160,8 @@ class SshLab:
             assert host.bashrc is not None
             mounts = "".join(f'mkdir -p {shlex.quote(path)} && mount -t tmpfs -o size={size} tmpfs {shlex.quote(path)} || exit 1; '
                              for path, size in host.tmpfs.items())
+            mounts += "".join(f"mount --bind {shlex.quote(source)} {shlex.quote(target)} || exit 1; "
+                              for target, source in host.binds.items())
             own = mounts + 'if [ -e "$HOME/.bashrc" ]; then mount --bind "$1" "$HOME/.bashrc" || exit 1; fi; shift; exec "$@"'
             argv = ["ip", "netns", "exec", host.namespace, "sh", "-c", own, "sh", str(host.bashrc), *argv]
         host.process = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
