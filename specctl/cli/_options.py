@@ -12,6 +12,7 @@ from specctl.errors import InputError
 
 if TYPE_CHECKING:
     from specctl.facts.remote import ReadOnHosts
+    from specctl.flows.static import CheckReport
     from specctl.hosts.inventory import HostSpec
     from specctl.profile import Profile
 
@@ -88,3 +89,13 @@ def facts_on_hosts(on: str | None, inventory: str | None, ssh_config: str | None
         return resolve_hosts([on] if on else profile.hosts, inventory_path(inventory))
 
     return ReadOnHosts(hosts, ssh_config, accept_new_host_key, forced=on is not None)
+
+
+def engines_as_judge(report: CheckReport, hosts: list[HostSpec], ssh_config: str | None, accept_new_host_key: bool) -> CheckReport:
+    """The report judged by each host's own engine (one probe per build), when the engine can be asked."""
+    from specctl.flows.host_probe import judged, probes_on_hosts
+
+    if not hosts or not probes_on_hosts(report.inputs):
+        return report
+    transports = {h.name: h.transport(ssh_config=ssh_config, accept_new_host_key=accept_new_host_key) for h in hosts}
+    return judged(report, transports, report.inputs.profile.engine.python)

@@ -19,6 +19,7 @@ from specctl.cli._options import (
     ReasonOpt,
     SshConfigOpt,
     command_output,
+    engines_as_judge,
     target_hosts,
 )
 from specctl.cli._recording import recorded
@@ -152,6 +153,7 @@ def deploy(
     # host paths this machine cannot see: read on every target host, refused when the hosts' copies differ
     report = static.check(profile, offline=offline, on_hosts=ReadOnHosts(lambda p: target_hosts(p.hosts, hosts, inventory),
                                                                          ssh_config, accept_new_host_key, every=True))
+    report = engines_as_judge(report, target_hosts(report.inputs.profile.hosts, hosts, inventory), ssh_config, accept_new_host_key)
     errors = [f for f in report.findings if f.severity.value == "error"]
     if errors and not skip_check:
         output.hint(findings_view(f"deploy refused: {profile}", errors))

@@ -17,6 +17,7 @@ from specctl.cli._options import (
     OnOpt,
     ProfileArg,
     SshConfigOpt,
+    engines_as_judge,
     facts_on_hosts,
 )
 from specctl.cli._output import Output
@@ -74,10 +75,13 @@ def check(ctx: typer.Context, profile: ProfileArg, json_mode: JsonOpt = False, o
     A checkpoint given as a host path that this machine cannot see is read on the profile's first
     host (or on --on HOST), over SSH."""
     from specctl.flows import static
+    from specctl.hosts.inventory import inventory_path, resolve_hosts
 
     output = _output(ctx, json_mode)
     report = static.check(profile, offline=offline, assume_convention=assume_convention, engine_python=engine_python,
                           on_hosts=facts_on_hosts(on, inventory, ssh_config, accept_new_host_key))
+    if on and not engine_python:  # the host's own engine judges, as a deploy there would be judged
+        report = engines_as_judge(report, resolve_hosts([on], inventory_path(inventory)), ssh_config, accept_new_host_key)
     failed = any(f.severity.value == "error" for f in report.findings)
     data = {"profile": str(profile), "ok": not failed, "findings": [f.to_dict() for f in report.findings],
             "sha256": report.inputs.profile_sha256, "facts": {role: s.to_dict() for role, s in report.facts.items()}}

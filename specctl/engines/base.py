@@ -167,6 +167,11 @@ class Engine(Protocol):
         """A self-contained file the engine's interpreter runs: JSON request on stdin, answer on stdout."""
         ...
 
+    def build_script(self) -> Path | None:
+        """A self-contained file printing which build of the engine an interpreter has (version and a
+        digest of the files the probe reads); None when the engine cannot be probed on hosts."""
+        ...
+
     def probe_request(self, architecture: str | None, num_layers: int | None, ids: Sequence[Sequence[int] | None],
                       needed: Sequence[int] | None, argvs: Sequence[Sequence[str]]) -> dict[str, Any]:
         """The probe's request: these ids plus every candidate for `needed`, and the nodes' argv to parse."""

@@ -158,6 +158,13 @@ def check(profile_path: Path | str, *, offline: bool = False, assume_convention:
     return CheckReport(inputs, resolution, findings, sources)
 
 
+def rechecked(report: CheckReport, inputs: Inputs, more: list[Finding]) -> CheckReport:
+    """The checks again on other inputs (a host engine's answers), keeping where the facts came from."""
+    resolution = resolve_capture(inputs)
+    kept = [f for f in report.findings if f.code == "facts-source"]
+    return CheckReport(inputs, resolution, run_checks(inputs, resolution) + kept + more, report.facts)
+
+
 def facts_finding(sources: Mapping[str, FactsSource]) -> Finding:
     """An info finding saying where each checkpoint's facts were read, for the checks that use them."""
     by_where: dict[str, list[str]] = {}

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Generic, TypeVar
@@ -10,6 +10,7 @@ from typing import Generic, TypeVar
 from specctl.hosts.inventory import HostSpec
 
 T = TypeVar("T")
+X = TypeVar("X")
 
 
 @dataclass(frozen=True)
@@ -39,3 +40,12 @@ def run_group(hosts: Sequence[HostSpec], fn: Callable[[HostSpec], T], *, max_wor
             except Exception as exc:  # noqa: BLE001 - recorded per host, reported by the caller
                 errors[name] = exc
     return GroupResult(results, errors)
+
+
+def parallel(items: Mapping[str, X], fn: Callable[[X], T], *, max_workers: int = 16) -> dict[str, T]:
+    """fn over every item at once, by name; the first exception (in the mapping's order) is raised."""
+    if not items:
+        return {}
+    with ThreadPoolExecutor(max_workers=max(1, min(max_workers, len(items)))) as pool:
+        futures = {name: pool.submit(fn, item) for name, item in items.items()}
+        return {name: future.result() for name, future in futures.items()}

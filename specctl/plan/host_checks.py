@@ -3,6 +3,7 @@ without the host. Pure: facts in, findings out."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from specctl.engines.base import Engine
@@ -39,6 +40,33 @@ def check_host(profile: Profile, facts: dict[str, Any], engine: Engine) -> list[
                                 f"install {engine.distribution()}=={profile.engine.version} in {profile.engine.python}, "
                                 "or set engine.version to what is installed (and re-check the capture convention)",
                                 {"host": host, "found": found, "expected": profile.engine.version}, "engine.version"))
+    return findings
+
+
+def check_engines(builds: Mapping[str, tuple[str | None, str | None]], disagreement: str | None, *, probes: int,
+                  seconds: float) -> list[Finding]:
+    """The hosts' own engines as judge: `builds` maps each host to (its build, or None; why not).
+    Hosts whose engines answer differently are an error before anything is stopped."""
+    findings: list[Finding] = []
+    asked = sorted(h for h, (build, _) in builds.items() if build is not None)
+    cannot = {h: why for h, (build, why) in builds.items() if build is None}
+    if cannot:
+        first = sorted(cannot)[0]
+        findings.append(Finding("host-engine-probe", Severity.WARNING,
+                                f"the engine could not be asked on {', '.join(sorted(cannot))}: {cannot[first]}",
+                                "install the engine in engine.python on those hosts; until then the built-in table judges there",
+                                {"hosts": sorted(cannot)}, "engine.python"))
+    if disagreement is not None:
+        findings.append(Finding("host-engines-disagree", Severity.ERROR,
+                                f"the hosts' engines capture or parse differently: {disagreement}",
+                                "install one sglang build on every host (a patched file counts), or deploy to the hosts of "
+                                "one build at a time with --hosts", {"hosts": asked}, "engine.version"))
+    elif asked:
+        builds_seen = len({builds[h][0] for h in asked})
+        findings.append(Finding("host-engines", Severity.INFO,
+                                f"the engine was asked on {len(asked)} host(s): {builds_seen} build(s), {probes} probe run(s) "
+                                f"({'the rest from the cache' if probes < builds_seen else 'none cached'}), {seconds:.1f} s",
+                                "nothing to do: the checks above use the hosts' own answers", {"hosts": asked}))
     return findings
 
 

@@ -8,6 +8,8 @@ module must not import torch: it sits on the path of `check` and `render`.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from specctl.engines.base import LaunchSpec
 from specctl.engines.sglang.engine import SGLangEngine
 
@@ -24,6 +26,9 @@ class ReferenceEngine(SGLangEngine):
 
     def pins_installed_version(self) -> bool:
         return False  # it emulates the version named by --emulate-sglang-version; drift checks what it reports
+
+    def build_script(self) -> Path | None:
+        return None  # it emulates sglang's rules from specctl's own table: there is no host build to ask
 
     def argv(self, spec: LaunchSpec) -> list[str]:
         argv = super().argv(spec)

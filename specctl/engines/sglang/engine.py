@@ -185,6 +185,9 @@ class SGLangEngine:
     def probe_script(self) -> Path:
         return Path(__file__).parent / "probe.py"
 
+    def build_script(self) -> Path | None:
+        return Path(__file__).parent / "build.py"
+
     def probe_request(self, architecture: str | None, num_layers: int | None, ids: Sequence[Sequence[int] | None],
                       needed: Sequence[int] | None, argvs: Sequence[Sequence[str]]) -> dict[str, Any]:
         queries: list[list[int] | None] = []
