@@ -5,6 +5,7 @@ stops the baseline and starts the profile's `current` again."""
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 
@@ -18,7 +19,7 @@ from specctl.flows.stages import Stage, Walk
 from specctl.flows.static import CheckReport, plan
 from specctl.hosts.inventory import HostSpec
 from specctl.profile.profile import Profile
-from specctl.release.staging import profile_checkpoints
+from specctl.release.staging import host_env, profile_checkpoints
 from specctl.verdict.client import EngineClient
 from specctl.verdict.measure import Measurement, measure, warm_up
 from specctl.verdict.summary import summarize
@@ -49,8 +50,10 @@ def baseline(ctx: Context, report: CheckReport, host: HostSpec) -> tuple[str, Me
             change = Change(session, session.release(rec.run_id, name + BASELINE_SUFFIX), port=profile.engine.port,
                             python=profile.engine.python, distribution=report.inputs.engine.distribution(),
                             startup_stages=report.inputs.engine.startup_stages(), budget_s=ctx.budget_s,
-                            files=release_contents(report, the_plan, the_plan.nodes[0]), clear=(name, name + BASELINE_SUFFIX),
-                            checkpoints=profile_checkpoints(profile, baseline=True), stage_env=dict(profile.engine.env))
+                            files=release_contents(report, the_plan, dataclasses.replace(
+                                the_plan.nodes[0], env=host_env(the_plan.nodes[0].env, host.hf_home))),
+                            clear=(name, name + BASELINE_SUFFIX), checkpoints=profile_checkpoints(profile, baseline=True),
+                            stage_env=host_env(profile.engine.env, host.hf_home))
             walk = Walk(rec.events(host.name), before=ctx.cancel.check)
             measured: list[Measurement] = []
 

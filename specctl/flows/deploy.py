@@ -13,6 +13,7 @@ itself.
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -32,7 +33,7 @@ from specctl.hosts.group import run_group
 from specctl.hosts.inventory import HostSpec
 from specctl.plan.findings import Severity
 from specctl.plan.plan import Plan
-from specctl.release.staging import profile_checkpoints
+from specctl.release.staging import host_env, profile_checkpoints
 
 
 @dataclass
@@ -107,11 +108,13 @@ class Deploy:
     def change(self, rank: int, session: HostSession) -> Change:
         p, engine = self.report.inputs.profile, self.report.inputs.engine
         node = self.plan.nodes[rank]
+        if session.spec.hf_home:  # this host's cache, from the inventory
+            node = dataclasses.replace(node, env=host_env(node.env, session.spec.hf_home))
         return Change(session, session.release(self.rec.run_id), port=p.engine.port, python=p.engine.python,
                       distribution=engine.distribution(), startup_stages=engine.startup_stages(), budget_s=self.ctx.budget_s,
                       files=lambda staged: release_contents(self.report, self.plan, node, staged), ready_gate=self.gate,
                       node_rank=rank, checkpoints=profile_checkpoints(p, baseline=False) if self.stage else (),
-                      stage_env=dict(p.engine.env))
+                      stage_env=host_env(p.engine.env, session.spec.hf_home))
 
     def failed(self, session: HostSession, change: Change | None, failure: BaseException) -> HostReport:
         """A host whose stages failed (and were undone): its report and ledger record."""

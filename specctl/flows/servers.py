@@ -149,7 +149,7 @@ def preview(reach: Reach, report: CheckReport, hosts: Sequence[HostSpec], *, sec
         if checkpoints:
             try:
                 answer = staging.plan(t, python=p.engine.python, root=root, checkpoints=checkpoints,
-                                      env=staging.staging_env(p.engine.env, secrets_env))
+                                      env=staging.staging_env(p.engine.env, secrets_env, host.hf_home))
                 row["stage"] = [{"repo": x.repo, "staged": True, "bytes": x.bytes, "fetch": 0} for x in answer.staged] + \
                     [{"repo": x.repo, "staged": False, "bytes": x.bytes, "fetch": x.fetch} for x in answer.planned]
                 row["disk"] = {"cache": answer.cache, "free": answer.free, "need": answer.need, "fits": answer.fits}

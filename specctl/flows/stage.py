@@ -43,7 +43,7 @@ def stage_hosts(ctx: Context, report: CheckReport, hosts: Sequence[HostSpec], *,
 
     def one(host: HostSpec) -> StageReport:
         session = ctx.session(host, p.metadata.name)
-        env = staging.staging_env(p.engine.env, ctx.secrets_env)
+        env = staging.staging_env(p.engine.env, ctx.secrets_env, host.hf_home)
         try:
             if dry_run:
                 answer = staging.plan(session.transport, python=p.engine.python, root=session.root,

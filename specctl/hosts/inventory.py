@@ -24,6 +24,7 @@ class HostSpec:
     ssh_alias: str | None
     ssh_overrides: dict[str, object]
     address: str | None = None
+    hf_home: str | None = None  # the Hugging Face home on this host, when it is not the profile's
 
     def transport(self, *, ssh_config: str | None = None, accept_new_host_key: bool = False) -> Transport:
         if self.name == LOCAL and self.ssh_alias is None:
@@ -71,5 +72,5 @@ def resolve_hosts(names: Sequence[str], inventory: Path | None) -> list[HostSpec
                 overrides = {k: v for k, v in entry.ssh.model_dump().items() if v is not None}
             elif isinstance(entry.ssh, str):
                 alias = entry.ssh
-            out.append(HostSpec(member, entry.root, entry.python, alias, overrides, entry.address))
+            out.append(HostSpec(member, entry.root, entry.python, alias, overrides, entry.address, entry.hf_home))
     return out

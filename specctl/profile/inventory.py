@@ -24,6 +24,8 @@ class Host(StrictModel):
     root: Annotated[str, Field(description="remote state directory")] = "~/.specctl"
     address: Annotated[str | None, Field(description="where its servers are reached over HTTP (default: the SSH hostname)")] = None
     python: str | None = None
+    hf_home: Annotated[str | None, Field(description="this host's Hugging Face home (HF_HOME) for staging and the launch, "
+                                                     "in place of the profile's HF_HOME / HF_HUB_CACHE")] = None
     gpu: str | None = None
     gpus: Annotated[int | None, Field(ge=1)] = None
 

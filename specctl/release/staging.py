@@ -118,10 +118,18 @@ def profile_checkpoints(profile: Profile, *, baseline: bool) -> tuple[Checkpoint
     return checkpoints_of(models)
 
 
-def staging_env(engine_env: Mapping[str, str], secrets_env: Mapping[str, str]) -> dict[str, str]:
-    """The launch environment's cache settings and the secrets; online, whatever the launch or the
-    host's own environment says (staging is the one step that is meant to fetch)."""
-    return {**engine_env, **secrets_env, OFFLINE_ENV: "0"}
+def host_env(engine_env: Mapping[str, str], hf_home: str | None) -> dict[str, str]:
+    """The launch environment on one host: the inventory's `hf_home` for that host, when it has
+    one, in place of the profile's cache settings."""
+    if hf_home is None:
+        return dict(engine_env)
+    return {**{k: v for k, v in engine_env.items() if k not in ("HF_HOME", "HF_HUB_CACHE")}, "HF_HOME": hf_home}
+
+
+def staging_env(engine_env: Mapping[str, str], secrets_env: Mapping[str, str], hf_home: str | None = None) -> dict[str, str]:
+    """The launch environment's cache settings on that host and the secrets; online, whatever the
+    launch or the host's own environment says (staging is the one step that is meant to fetch)."""
+    return {**host_env(engine_env, hf_home), **secrets_env, OFFLINE_ENV: "0"}
 
 
 def command(python: str, root: str, checkpoints: Sequence[Checkpoint], mode: str) -> list[str]:

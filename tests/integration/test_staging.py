@@ -260,3 +260,21 @@ def test_the_kimi_example_dry_runs_on_eight_hosts(cli: Any, lab: SshLab, serve: 
     text = cli("deploy", str(profile), "--dry-run", "--offline", "--inventory", str(tmp_path / "hosts.yaml"),
                "--ssh-config", str(lab.ssh_config))
     assert text.code == 0 and "DISK" in text.stdout and "SHORT" in text.stdout and "kimi-node-7" in text.stdout
+
+
+def test_a_host_with_its_own_cache_in_the_inventory(cli: Any, lab: SshLab, env: dict[str, Any], hub: HubEndpoint,
+                                                    tmp_path: Path) -> None:
+    """`hf_home` on one inventory host: staging and that host's launch use it in place of the profile's cache."""
+    inventory = yaml.safe_load(Path(env["inventory"]).read_text())
+    own = str(tmp_path / "h1-home")
+    inventory["hosts"]["h1"]["hf_home"] = own
+    Path(env["inventory"]).write_text(yaml.safe_dump(inventory))
+    profile = hub_profile(env, hub, cache=str(tmp_path / "profile-cache"))
+    result = cli("--json", "deploy", profile, "--hosts", "h1", "--no-verify", *env["common"])
+    assert result.code == 0, result.stdout + result.stderr
+    assert (Path(own) / "hub" / "models--specctl-test--tiny-llama" / "snapshots" / COMMITS[TARGET] / "config.json").exists()
+    assert not (tmp_path / "profile-cache").exists()
+    release = lab.hosts["h1"].root / "tiny-llama-demo" / "releases" / result.json()["hosts"][0]["release"]
+    launch = (release / "launch.sh").read_text()
+    assert f"export HF_HOME={own}" in launch and "HF_HUB_CACHE" not in launch
+    cli("stop", profile, "--hosts", "h1", *env["common"])
