@@ -421,6 +421,7 @@ class Mechanism:
     max_position: str
     embedding: str
     site: str
+    collector: str = "list"  # "packer": one slot per requested position, all to be filled (else the forward fails)
 
 
 def _is_self_attr(node: ast.AST, attr: str) -> bool:
@@ -490,7 +491,16 @@ def mechanism(release: Release, owner: ClassInfo) -> Mechanism:
         if offset == 0:  # only a test that can see position 0 decides how the embedding is captured
             embedding = _embedding(release, fn, compare, embedding)
     top = "N" if covered & {"end", "loop+1"} else "N-1"
-    return Mechanism("membership", top, embedding, site)
+    collector = "packer" if any(_preallocates(fn) for fn, _, _, _ in membership) else "list"
+    return Mechanism("membership", top, embedding, site, collector)
+
+
+def _preallocates(fn: ast.FunctionDef) -> bool:
+    """Whether the forward sizes its capture collector by the requested positions
+    (`AuxHiddenStatePacker(len(self.layers_to_capture))`, sglang >= 0.5.17 DeepSeek), whose
+    `finalize()` then requires every slot filled."""
+    return any(isinstance(n, ast.Call) and n.args and ast.unparse(n.args[0]) == "len(self.layers_to_capture)"
+               for n in ast.walk(fn))
 
 
 def _check_loop_bounds(release: Release, owner: ClassInfo, fn: ast.FunctionDef, loop: ast.For) -> None:
@@ -604,7 +614,8 @@ def derive(release: Release, architecture: str) -> Behaviour:
     candidates: list[str] = []
     for name in EXPLICIT_RULES:
         rule = CaptureRule(architecture, release.version, release.version, source, True, default, name,
-                           mech.max_position, beyond, negative, mech.embedding)
+                           mech.max_position, beyond, negative, mech.embedding,
+                           unmatched="error" if mech.collector == "packer" else None)
         if all(_agrees(rule, key, obs, mech) for key, obs in observations.items()):
             candidates.append(name)
     if len(candidates) != 1:
@@ -615,7 +626,7 @@ def derive(release: Release, architecture: str) -> Behaviour:
             f"outputs ({candidates}); add a rule to specctl/engines/sglang/capture.py. Sample: {sample}")
     note = "" if takes_ids else "setter takes no ids: the drafter's ids are ignored"
     return Behaviour(architecture, "", "", source, True, default, candidates[0], mech.max_position, beyond, negative,
-                     mech.embedding, mech.site, note)
+                     mech.embedding, mech.site, note, "error" if mech.collector == "packer" else None)
 
 
 def _agrees(rule: CaptureRule, key: tuple[int, tuple[int, ...] | None], obs: Observation, mech: Mechanism) -> bool:
@@ -634,6 +645,8 @@ def _agrees(rule: CaptureRule, key: tuple[int, tuple[int, ...] | None], obs: Obs
         return False
     top = n if mech.max_position == "N" else n - 1
     loop = sorted({p for p in obs.requested if 0 <= p <= top})
+    if mech.collector == "packer" and len(loop) != len(obs.requested):  # a slot left empty: finalize() raises
+        return predicted.error is not None and "capture slots" in predicted.error
     if predicted.error is not None:
         return predicted.error.startswith("TypeError") and 0 in loop and mech.embedding == "error"
     return list(predicted.captured) == loop

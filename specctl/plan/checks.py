@@ -144,9 +144,10 @@ def _capture(inputs: Inputs, r: CaptureResolution | None) -> Iterator[Finding]:
             ids_fix = c.ids_for(needed, inputs.num_layers)
             fix = (f"remove drafter.layer_ids so specctl writes an overlay with ids {show_positions(ids_fix)}" if r.origin == "profile"
                    else f"set drafter.layer_ids: {show_positions(ids_fix)}") if ids_fix is not None else "retrain the drafter or change the engine version"
+            made = ("fail at start-up (below)" if outcome.error else
+                    f"capture the outputs of layers {show_layers(layers_of(captured))} (positions {show_positions(captured)})")
             yield _f("capture-mismatch", E,
-                     f"ids {shown_ids} make {where} capture the outputs of layers {show_layers(layers_of(captured))} "
-                     f"(positions {show_positions(captured)}), but the drafter was trained on {show_layers(layers_of(needed))} "
+                     f"ids {shown_ids} make {where} {made}, but the drafter was trained on {show_layers(layers_of(needed))} "
                      f"(positions {show_positions(needed)})",
                      fix, "drafter.layer_ids" if r.origin == "profile" else "drafter.manifest", **common)
         elif r.overlay and r.origin == "overlay":

@@ -153,7 +153,10 @@ class CaptureRule:
     `negative` says whether negative positions never match (`dropped`) or index layers from the end
     (`wrap`, python list indexing in setters that mark layers). `embedding` says whether position 0
     is really captured (`captured`) or crashes the forward pass (`error`: `hidden_states + residual`
-    with residual None before layer 0).
+    with residual None before layer 0). `unmatched` is `error` where the forward preallocates one
+    slot per requested position (sglang's AuxHiddenStatePacker, DeepSeek from 0.5.17) and fails
+    unless each is filled: then a position that matches no layer, or one requested twice, stops the
+    server at its first forward (CUDA-graph capture at start-up) instead of being dropped.
     """
 
     architecture: str
@@ -169,6 +172,7 @@ class CaptureRule:
     embedding: str | None = None
     capture_site: str = ""
     note: str = ""
+    unmatched: str | None = None
 
     @classmethod
     def from_json(cls, row: dict[str, Any]) -> CaptureRule:
@@ -186,6 +190,7 @@ class CaptureRule:
             embedding=row.get("embedding"),
             capture_site=str(row.get("capture_site", "")),
             note=str(row.get("note", "")),
+            unmatched=row.get("unmatched"),
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -203,6 +208,7 @@ class CaptureRule:
             "embedding": self.embedding,
             "capture_site": self.capture_site,
             "note": self.note,
+            **({"unmatched": self.unmatched} if self.unmatched else {}),
         }
 
 
@@ -309,7 +315,13 @@ def bound(rule: CaptureRule, given: tuple[int, ...] | None, requested: Sequence[
     dropped: list[tuple[int, str]] = []
     remapped: list[tuple[int, int]] = []
     error: str | None = None
+    seen: set[int] = set()
     for p in requested:
+        if p in seen:
+            dropped.append((p, "requested twice: the layer is captured once, so the drafter gets one block of "
+                               "features fewer than it has ids"))
+            continue
+        seen.add(p)
         if p < 0:
             if rule.negative == "wrap" and p >= -num_layers:
                 remapped.append((p, p + num_layers))
@@ -327,9 +339,18 @@ def bound(rule: CaptureRule, given: tuple[int, ...] | None, requested: Sequence[
             captured.add(p)
     if error is None and 0 in captured and rule.embedding == "error":
         error = "TypeError at the first forward: position 0 adds a residual that is None before layer 0"
+    if error is None and dropped and rule.unmatched == "error":
+        filled = len(requested) - len(dropped)
+        error = (f"the forward preallocates {len(requested)} capture slots and fails when it fills {filled} "
+                 f"(captured {filled} of {len(requested)} aux hidden states) at its first forward, which is CUDA-graph "
+                 f"capture at start-up: position {dropped[0][0]} {_unmatched_reason(dropped[0][1])}")
     if error is not None:
         return CaptureOutcome(given, tuple(requested), (), error=error)
     return CaptureOutcome(given, tuple(requested), tuple(sorted(captured)), tuple(dropped), tuple(remapped))
+
+
+def _unmatched_reason(reason: str) -> str:
+    return "is requested twice" if reason.startswith("requested twice") else f"matches no layer ({reason})"
 
 
 def ids_for(rule: CaptureRule, positions: Sequence[int], num_layers: int) -> list[int] | None:

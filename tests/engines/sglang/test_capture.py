@@ -74,11 +74,37 @@ def test_default_when_ids_absent() -> None:
     assert out.requested == (2, 16, 29) and out.captured == (2, 16, 29) and out.error is None
 
 
-def test_unsorted_and_duplicate_ids_collapse_in_ascending_order() -> None:
+def test_unsorted_and_duplicate_ids_collapse_in_ascending_order_and_the_duplicate_is_said() -> None:
     out = capture(LOOP, [28, 1, 1, 15], 32)
     assert out.requested == (29, 2, 2, 16)
     assert out.captured == (2, 16, 29)
-    assert out.dropped == ()
+    assert [p for p, _ in out.dropped] == [2] and "requested twice" in out.dropped[0][1]
+
+
+def test_a_packer_forward_fails_at_start_up_on_what_a_loop_would_drop() -> None:
+    """DeepSeek/Kimi from sglang 0.5.17 preallocate one slot per requested position and finalize()
+    requires all filled: a position matching no layer, or one requested twice, stops the server."""
+    packer = dataclasses.replace(LOOP, unmatched="error")
+    for ids in ([-2, 15, 20], [1, 1, 15], [1, 15, 31]):
+        out = capture(packer, ids, 32)
+        assert out.error is not None and "captured 2 of 3 aux hidden states" in out.error and out.captured == ()
+    assert capture(packer, [1, 15, 20], 32).error is None
+
+
+def test_the_seeds_ids_on_kimi_crash_from_0_5_17_and_are_dropped_before() -> None:
+    table = load_table()
+    seed = [-1, 2, 30]
+    before = capture(table.rule_for("0.5.16", "KimiK25ForConditionalGeneration"), seed, 61)  # type: ignore[arg-type]
+    assert before.error is None and [p for p, _ in before.dropped] == [-1]
+    for version in ("0.5.17", "0.5.20", "0.5.23"):
+        rule = table.rule_for(version, "KimiK25ForConditionalGeneration")
+        assert rule is not None and rule.unmatched == "error"
+        assert "captured 2 of 3" in (capture(rule, seed, 61).error or "")
+    for architecture in ("DeepseekV2ForCausalLM", "DeepseekV3ForCausalLM", "DeepseekV32ForCausalLM"):
+        rule = table.rule_for("0.5.23", architecture)
+        assert rule is not None and "captured 2 of 3" in (capture(rule, [2, 2, 30], 61).error or "")
+    llama = table.rule_for("0.5.23", "LlamaForCausalLM")
+    assert llama is not None and llama.unmatched is None and capture(llama, [1, 1, 15], 32).error is None
 
 
 def test_loop_model_drops_beyond_and_negative() -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import subprocess
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -100,7 +101,10 @@ def test_check_with_the_engine_names_the_kimi_mismatch_and_the_overlay_is_confir
     assert "probe" in (report.inputs.convention.source if report.inputs.convention else "")
     broken = static.check(ROOT / "profiles" / "kimi-k2.5-tp8-broken.yaml", offline=True, engine_python=sglang_python)
     mismatch = next(f for f in broken.findings if f.code == "capture-mismatch")
-    assert mismatch.values["captured_positions"] == [2, 30] and mismatch.values["needed_positions"] == [3, 31, 59]
+    # the seed's [-1, 2, 30]: position -1 leaves one of the packer's three slots empty, so 0.5.23 fails at start-up
+    assert mismatch.values["captured_positions"] == [] and mismatch.values["needed_positions"] == [3, 31, 59]
+    crash = next(f for f in broken.findings if f.code == "capture-out-of-range" and "error" in f.values)
+    assert "captured 2 of 3 aux hidden states" in crash.values["error"]
 
 
 def _argvs(profile: Path) -> list[Sequence[str]]:
@@ -198,3 +202,18 @@ def test_render_is_unchanged_by_probing_when_engine_and_table_agree(sglang_pytho
     path = ROOT / "profiles" / "kimi-k2.5-tp8.yaml"
     assert render_json(static.plan(static.check(path, offline=True))) == render_json(
         static.plan(static.check(path, offline=True, engine_python=sglang_python)))
+
+
+def test_the_real_packer_fails_when_a_slot_stays_empty(sglang_python: str) -> None:
+    """Executed, not read: sglang 0.5.23's own AuxHiddenStatePacker, sized for three requested
+    positions and given two captures (what a position matching no layer, or a duplicate, leaves),
+    raises at finalize(); the table's packer rows say the same for the seed's ids."""
+    script = ("import torch\nfrom sglang.srt.layers.aux_hidden_states import AuxHiddenStatePacker as P\n"
+              "p = P(3)\nfor _ in range(2):\n    p.capture(torch.zeros(4, 8))\ntry:\n    p.finalize()\n"
+              "except Exception as exc:\n    print(type(exc).__name__, exc)\nelse:\n    print('filled')\n")
+    done = subprocess.run([sglang_python, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.stdout.strip() == "RuntimeError captured 2 of 3 aux hidden states", done.stderr[-500:]
+    rule = table.load_table().rule_for(VERSION, "KimiK25ForConditionalGeneration")
+    assert rule is not None
+    predicted = table.capture(rule, [-1, 2, 30], 61).error
+    assert predicted is not None and "captured 2 of 3 aux hidden states" in predicted
