@@ -7,15 +7,13 @@ import json
 import random
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from examples.hub import write_checkpoint, write_shard
 from tests.conftest import Serve
-from tests.hub_endpoint import HubEndpoint, HubRepo
+from tests.hub_endpoint import HubRepo
 
 REPO = "acme/tiny-llm"
 COMMIT = hashlib.sha1(b"tiny-llm@1").hexdigest()

@@ -39,7 +39,7 @@ def recorded(output: Output, *, ledger: str | None, reason: str | None = None, s
             if budget_s is not None:
                 ctx.budget_s = budget_s
             if stage_parallel is not None:
-                ctx.stage_slots = threading.BoundedSemaphore(max(1, stage_parallel))
+                ctx.stage_slots = threading.BoundedSemaphore(stage_parallel)
             if output.json_mode:
                 def event(host: str, fields: dict[str, object]) -> None:
                     record = {"host": host, "time": round(time.time(), 3), **fields}

@@ -27,9 +27,9 @@ from specctl.constants import STAGE_PARALLEL, STARTUP_BUDGET_S
 from specctl.errors import CheckFailed, HostError
 
 ROLLED_BACK_EXIT = 4  # deployed, verify failed, rolled back
-FOLLOW_POLL_S = 1.0
+FOLLOW_POLL_S = 1.0  # how often `logs -f` asks each host for what its log gained
 StageParallelOpt = Annotated[int, typer.Option("--stage-parallel", min=1,
-                                               help="Hosts downloading checkpoints at once (the Hub or your mirror is shared).")]  # how often `logs -f` asks each host for what its log gained
+                                               help="Hosts downloading checkpoints at once (the Hub or your mirror is shared).")]
 
 
 def register(app: typer.Typer) -> None:

@@ -45,6 +45,7 @@ class Change:
     checkpoints: tuple[staging.Checkpoint, ...] = ()  # Hub repos to stage before anything is stopped
     stage_env: dict[str, str] = field(default_factory=dict)
     staged: dict[str, staging.Staged] = field(default_factory=dict)
+    staged_everywhere: Callable[[], None] | None = None  # a fleet: wait until every host has staged
     clear: tuple[str, ...] = ()  # profiles whose servers stop first (default: the session's)
     ready_gate: NodeGate | None = None  # multi-node: rank 0 opens it, the other ranks wait on it
     node_rank: int = 0
@@ -114,6 +115,9 @@ def stage(c: Change) -> None:
     fetched = sum(x.fetched for x in done)
     s.progress(f"staged {len(done)} checkpoint(s)" + (f", fetched {staging.size_text(fetched)}" if fetched else ", nothing to fetch"))
     s.ctx.on_event(s.name, {"event": "staged", "checkpoints": [x.__dict__ for x in done]})
+    if c.staged_everywhere is not None:
+        s.progress("staged: waiting for the other hosts to stage before anything stops")
+        c.staged_everywhere()
 
 
 def materialise(c: Change) -> None:

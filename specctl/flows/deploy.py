@@ -15,11 +15,11 @@ from __future__ import annotations
 
 import dataclasses
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from specctl.cancel import Cancelled
-from specctl.errors import InputError
+from specctl.errors import HostError, InputError
 from specctl.flows.change import Change, NodeGate
 from specctl.flows.recorder import Recorder, let_go_all, recording
 from specctl.flows.release_files import release_contents
@@ -58,6 +58,35 @@ class FleetPolicy:
         return len(self.failed) <= self.max_failures
 
 
+class StageGate:
+    """Nothing is stopped anywhere until every host has staged: a host that is still downloading
+    keeps the others from switching, and a host that could not stage (or failed before) fails the
+    others' wait when more hosts failed than --max-failures allows. Every host arrives once."""
+
+    def __init__(self, hosts: int, max_failures: int, cancel: Callable[[], None]) -> None:
+        self.hosts, self.max_failures, self.cancel = hosts, max_failures, cancel
+        self.arrived: dict[str, str | None] = {}  # host -> why it failed, or None
+        self._changed = threading.Condition()
+
+    def arrive(self, host: str, failure: str | None = None) -> None:
+        with self._changed:
+            self.arrived.setdefault(host, failure)
+            self._changed.notify_all()
+
+    def wait(self, host: str) -> None:
+        """Arrive staged and wait for every host; raise when too many could not stage."""
+        self.arrive(host)
+        with self._changed:
+            while len(self.arrived) < self.hosts:
+                self._changed.wait(0.5)
+                self.cancel()
+            failed = {h: why for h, why in self.arrived.items() if why is not None}
+        if len(failed) > self.max_failures:
+            first = sorted(failed)[0]
+            raise HostError(f"{host}: nothing was stopped: {len(failed)} host(s) could not stage or failed before "
+                            f"({first}: {failed[first]})", host=host, fix="fix that host (see its row), then deploy again")
+
+
 @dataclass
 class Deploy:
     """One deploy run: what every host's stages share."""
@@ -72,6 +101,7 @@ class Deploy:
     baseline_mode: str
     gate: NodeGate | None  # multi-node only
     stage: bool = True  # False: the engine downloads Hub checkpoints itself when it starts (after the stop)
+    stage_gate: StageGate | None = None  # with Hub checkpoints to stage: every host stages before any stops
 
     def host(self, rank: int, session: HostSession) -> HostReport:
         """One host's deploy, start to end, under its lock (held until the run's copy is kept)."""
@@ -85,6 +115,8 @@ class Deploy:
             walk.run(change.stages())
         except BaseException as exc:  # noqa: BLE001 - undone by the walk; every host must reach settle()
             failure = exc
+            if self.stage_gate is not None:
+                self.stage_gate.arrive(session.name, error_text(exc))
             if self.gate is not None:
                 self.gate.open(False)
         keep = self.policy.settle(session.name, failure)
@@ -108,13 +140,15 @@ class Deploy:
     def change(self, rank: int, session: HostSession) -> Change:
         p, engine = self.report.inputs.profile, self.report.inputs.engine
         node = self.plan.nodes[rank]
+        gate = self.stage_gate
         if session.spec.hf_home:  # this host's cache, from the inventory
             node = dataclasses.replace(node, env=host_env(node.env, session.spec.hf_home))
         return Change(session, session.release(self.rec.run_id), port=p.engine.port, python=p.engine.python,
                       distribution=engine.distribution(), startup_stages=engine.startup_stages(), budget_s=self.ctx.budget_s,
                       files=lambda staged: release_contents(self.report, self.plan, node, staged), ready_gate=self.gate,
                       node_rank=rank, checkpoints=profile_checkpoints(p, baseline=False) if self.stage else (),
-                      stage_env=host_env(p.engine.env, session.spec.hf_home))
+                      stage_env=host_env(p.engine.env, session.spec.hf_home),
+                      staged_everywhere=(lambda: gate.wait(session.name)) if gate is not None else None)
 
     def failed(self, session: HostSession, change: Change | None, failure: BaseException) -> HostReport:
         """A host whose stages failed (and were undone): its report and ledger record."""
@@ -165,7 +199,9 @@ def deploy(ctx: Context, report: CheckReport, hosts: Sequence[HostSpec], *, max_
                        inputs={"skip_check": skip_check, "check_errors": errors, "max_failures": max_failures, "stage": stage,
                                "capture": the_plan.capture}) as rec:
             flow = Deploy(ctx, report, the_plan, rec, FleetPolicy(len(hosts), 0 if nnodes > 1 else max_failures), run_verify,
-                          auto_rollback, baseline_mode, NodeGate() if nnodes > 1 else None, stage)
+                          auto_rollback, baseline_mode, NodeGate() if nnodes > 1 else None, stage,
+                          StageGate(len(hosts), 0 if nnodes > 1 else max_failures, ctx.cancel.check)
+                          if stage and profile_checkpoints(p, baseline=False) else None)
             rank = {h.name: i if nnodes > 1 else 0 for i, h in enumerate(hosts)}  # every single-node host is node rank 0
             session_of = {h.name: s for h, s in zip(hosts, sessions, strict=True)}
             group = run_group(hosts, lambda h: flow.host(rank[h.name], session_of[h.name]), max_workers=len(hosts))

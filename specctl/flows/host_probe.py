@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from specctl.engines import ProbeReport
+from specctl.errors import HostError
 from specctl.flows.probe import PROBE_TIMEOUT_S, answer_of, probe_question, with_answer
 from specctl.flows.static import CheckReport, rechecked
 from specctl.hosts.group import parallel
@@ -61,7 +62,7 @@ class FleetProbe:
         """Hosts whose engines answer the same question differently (captures or parse), named."""
         by_answer: dict[str, list[str]] = {}
         for host, build in self.builds.items():
-            if build.error is None:
+            if build.error is None and not self.answers[build.key].get("error"):  # a failed probe is no answer
                 by_answer.setdefault(_verdict(self.answers[build.key]), []).append(host)
         if len(by_answer) < 2:
             return None
@@ -75,7 +76,7 @@ def _verdict(answer: Mapping[str, Any]) -> str:
                  "results": [(r.get("ids"), r.get("requested"), bool(r.get("error"))) for r in c.get("results") or []]}
                 for c in answer.get("captures") or []]
     parse = [bool(p.get("ok")) for p in answer.get("parse") or []]
-    return json.dumps({"captures": captures, "parse": parse, "error": bool(answer.get("error"))}, sort_keys=True)
+    return json.dumps({"captures": captures, "parse": parse}, sort_keys=True)
 
 
 def probe_fleet(inputs: Inputs, transports: Mapping[str, Transport], python: str, *, cache: Path | None = None) -> FleetProbe:
@@ -88,7 +89,10 @@ def probe_fleet(inputs: Inputs, transports: Mapping[str, Transport], python: str
     build_source = script.read_text(encoding="utf-8")
     builds = parallel(transports, lambda t: _build(t, python, build_source))
     question, architecture = probe_question(inputs)
-    asked = hashlib.sha256(json.dumps(question, sort_keys=True).encode()).hexdigest()[:16]
+    probe_source = engine.probe_script().read_text(encoding="utf-8")
+    # the answer depends on the build, the question and the probe itself (a newer specctl asks anew)
+    asked = hashlib.sha256(json.dumps(question, sort_keys=True).encode() + probe_source.encode()
+                           + build_source.encode()).hexdigest()[:16]
     cache = cache or probe_cache()
     answers: dict[str, dict[str, Any]] = {}
     first_host: dict[str, str] = {}
@@ -102,7 +106,6 @@ def probe_fleet(inputs: Inputs, transports: Mapping[str, Transport], python: str
             answers[key] = json.loads(kept.read_text())
         except (OSError, ValueError):
             missing[key] = host
-    probe_source = engine.probe_script().read_text(encoding="utf-8")
     fresh = parallel({key: transports[host] for key, host in missing.items()},
                      lambda t: _probe(t, python, probe_source, question))
     for key, answer in fresh.items():
@@ -115,7 +118,10 @@ def probe_fleet(inputs: Inputs, transports: Mapping[str, Transport], python: str
 
 
 def _build(t: Transport, python: str, source: str) -> Build:
-    done = t.run([python, "-c", source], check=False, timeout_s=60, retry=True)
+    try:
+        done = t.run([python, "-c", source], check=False, timeout_s=60, retry=True)
+    except HostError as exc:  # an unreachable host is not asked; the deploy's own stages decide about it
+        return Build(None, None, f"{t.name} cannot be reached: {exc.message}")
     try:
         answer = json.loads(done.stdout.strip().splitlines()[-1])
     except (ValueError, IndexError):
@@ -154,7 +160,11 @@ def judged(report: CheckReport, transports: Mapping[str, Transport], python: str
     """The report with the hosts' engines as judge: their answers replace the table (hosts of one
     build agree, or the report says which disagree), and a finding says what was asked."""
     fleet = probe_fleet(report.inputs, transports, python, cache=cache)
-    findings = check_engines({h: (b.key if b.error is None else None, b.error) for h, b in fleet.builds.items()},
+    failed = {h: str(fleet.answers[b.key]["error"]) for h, b in fleet.builds.items()
+              if b.error is None and fleet.answers[b.key].get("error")}
+    findings = check_engines({h: (None, failed[h]) if h in failed else (b.key if b.error is None else None, b.error)
+                              for h, b in fleet.builds.items()},
                              fleet.disagreement(), probes=fleet.probed, seconds=fleet.seconds)
-    inputs = next(iter(fleet.inputs.values()), report.inputs)
+    answered = [h for h in fleet.inputs if h not in failed]
+    inputs = fleet.inputs[answered[0]] if answered else report.inputs  # hosts that answered agree, or it is an error
     return rechecked(report, inputs, findings)

@@ -12,6 +12,7 @@ from typing import Any
 from specctl.errors import HostError
 from specctl.flows.static import CheckReport
 from specctl.plan.plan import NodePlan, Plan
+from specctl.profile.profile import is_local_path
 from specctl.release import release as rel
 from specctl.release.documents import PLAN_FILE, PROFILE_FILE
 from specctl.release.staging import Staged
@@ -24,7 +25,7 @@ def overlay_sources(report: CheckReport, p: Plan, staged: Mapping[str, Staged]) 
     drafter = report.inputs.profile.drafter
     if p.overlay is None or drafter is None:
         return {}
-    if drafter.model.startswith("/"):
+    if is_local_path(drafter.model):
         return {name: f"{drafter.model}/{name}" for name in p.overlay.links}
     if drafter.model not in staged:
         raise HostError(f"the drafter {drafter.model} is not staged on this host, so its overlay has nothing to link to",

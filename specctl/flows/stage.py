@@ -15,7 +15,7 @@ from specctl.flows.recorder import recording
 from specctl.flows.report import profile_fields
 from specctl.flows.session import Context, error_text
 from specctl.flows.static import CheckReport
-from specctl.hosts.group import run_group
+from specctl.hosts.group import parallel
 from specctl.hosts.inventory import HostSpec
 from specctl.release import staging
 
@@ -64,19 +64,13 @@ def stage_hosts(ctx: Context, report: CheckReport, hosts: Sequence[HostSpec], *,
 
     if not checkpoints:
         return [StageReport(h.name, True) for h in hosts]
+    by_name = {h.name: h for h in hosts}
     if dry_run:
-        return _fan_out(hosts, one)
+        return list(parallel(by_name, one, max_workers=len(hosts)).values())
     with recording(ctx, "stage", hosts=[h.name for h in hosts], **profile_fields(report),
                    inputs={"checkpoints": [c.__dict__ for c in checkpoints]}) as rec:
-        reports = _fan_out(hosts, one)
+        reports = list(parallel(by_name, one, max_workers=len(hosts)).values())
         for r in reports:
             rec.host(r.host, release=None, verdict={"staged": [s.__dict__ for s in r.staged], "error": r.error}, passed=r.ok)
         rec.outcome.status = "succeeded" if all(r.ok for r in reports) else "failed"
     return reports
-
-
-def _fan_out(hosts: Sequence[HostSpec], one: Any) -> list[StageReport]:
-    group = run_group(hosts, one, max_workers=len(hosts))
-    for error in group.errors.values():
-        raise error
-    return [group.results[h.name] for h in hosts]

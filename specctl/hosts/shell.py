@@ -27,7 +27,11 @@ from specctl.hosts.transport import Completed
 
 READY = b"specctl-shell 1\n"
 ANSWER_SLACK_S = 15.0  # past a command's own timeout: the kill's grace (5 s) and the network
-_LOOP = ('d=$(mktemp -d) || exit 1; trap \'rm -rf "$d"\' EXIT; printf "specctl-shell 1\\n"; '
+# Before it says it is ready, the shell checks what its framing relies on: GNU head (busybox's reads
+# ahead of what it was asked for, which would swallow the next frame) and a `timeout` with -k. A
+# host without them never says ready, and gets a channel per command.
+_LOOP = ('head --version 2>/dev/null | grep -q GNU || exit 3; timeout -k 1 5 true || exit 3; '
+         'd=$(mktemp -d) || exit 1; trap \'rm -rf "$d"\' EXIT; printf "specctl-shell 1\\n"; '
          'while IFS=" " read -r nc ni t; do '
          'c=$(head -c "$nc"; printf x); c=${c%x}; '
          'head -c "$ni" | { timeout -k 5 "$t" sh -c "$c" >"$d/o" 2>"$d/e"; r=$?; cat >/dev/null; exit $r; }; rc=$?; '
@@ -44,14 +48,18 @@ class RemoteShell:
     def __init__(self, transport: paramiko.Transport, *, timeout_s: float) -> None:
         self.channel = transport.open_session(timeout=timeout_s)
         self._buffer = bytearray()
-        self.channel.exec_command(f"exec sh -c {shlex.quote(_LOOP)}")
-        deadline = time.monotonic() + timeout_s
-        while True:  # the login shell's start-up files may print before the loop does
-            line = self._line(deadline)
-            if line is None:
-                raise ShellGone("the shell did not start in time")
-            if line == READY:
-                return
+        try:
+            self.channel.exec_command(f"exec sh -c {shlex.quote(_LOOP)}")
+            deadline = time.monotonic() + timeout_s
+            while True:  # the login shell's start-up files may print before the loop does
+                line = self._line(deadline)
+                if line is None:
+                    raise ShellGone("the shell did not start in time")
+                if line == READY:
+                    return
+        except BaseException:
+            self.close()
+            raise
 
     @property
     def open(self) -> bool:
@@ -65,7 +73,7 @@ class RemoteShell:
         deadline = time.monotonic() + timeout_s + ANSWER_SLACK_S
         header = self._line(deadline)
         fields = header.split() if header is not None else []
-        if header is None or len(fields) != 3:
+        if header is None or len(fields) != 3 or not all(f.lstrip(b"-").isdigit() for f in fields):
             self.close()
             if header is None:
                 return None

@@ -331,6 +331,9 @@ class SshRunner:
     def _in_shell(self, transport: paramiko.Transport, command: str, stdin: bytes, timeout_s: float) -> Completed:
         try:
             if self._shell is None or not self._shell.open:
+                if self._shell is not None:
+                    self._shell.close()
+                    self._shell = None
                 try:
                     self._shell = RemoteShell(transport, timeout_s=self.options.connect_timeout_s)
                 except ShellGone:
@@ -349,7 +352,9 @@ class SshRunner:
 
     def _on_channel(self, transport: paramiko.Transport, command: str, stdin: bytes | None, timeout_s: float,
                     on_stdout: OnOutput | None = None) -> Completed:
-        """The command on an SSH channel of its own (a long one streams its output through it)."""
+        """The command on an SSH channel of its own (a long one streams its output through it), read
+        by `sh` as in the long-lived shell, whatever the user's login shell is."""
+        command = shlex.join(["sh", "-c", command])
         try:
             channel = transport.open_session(timeout=self.options.connect_timeout_s)
             channel.settimeout(1.0)

@@ -34,9 +34,13 @@ from typing import Any, NoReturn
 COMMIT = re.compile(r"^[0-9a-f]{40}$")
 
 
+_EMITTING = threading.Lock()  # the progress thread and the main one: whole lines, never interleaved
+
+
 def emit(**fields: Any) -> None:
-    sys.stdout.write(json.dumps(fields, sort_keys=True) + "\n")
-    sys.stdout.flush()
+    with _EMITTING:
+        sys.stdout.write(json.dumps(fields, sort_keys=True) + "\n")
+        sys.stdout.flush()
 
 
 def fail(kind: str, message: str, code: int = 3, **fields: Any) -> NoReturn:
@@ -48,7 +52,8 @@ def kind_of(exc: BaseException) -> str:
     """What went wrong, by huggingface_hub's error classes (read by name: no import needed to test)."""
     names = {cls.__name__ for cls in type(exc).__mro__}
     for name, kind in (("GatedRepoError", "gated"), ("RevisionNotFoundError", "revision"),
-                       ("RepositoryNotFoundError", "repo"), ("EntryNotFoundError", "incomplete")):
+                       ("RepositoryNotFoundError", "repo"), ("LocalEntryNotFoundError", "network"),
+                       ("EntryNotFoundError", "incomplete")):
         if name in names:
             return kind
     return "network"
@@ -188,6 +193,7 @@ def main() -> None:
                 repo=repo, revision=commit, error=f"{type(exc).__name__}: {exc}"), repo=repo)
         finally:
             stop.set()
+            watcher.join()  # its last progress line comes before the outcome's
         left = missing_in(snapshot, files)
         if left:
             fail("incomplete", f"{repo}: {len(left)} file(s) are not in the snapshot after the download, "

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from specctl.errors import HostError
 from specctl.hosts.transport import Completed, Transport
+from specctl.profile.profile import is_local_path
 
 if TYPE_CHECKING:
     from specctl.profile.profile import Profile
@@ -105,7 +106,7 @@ def checkpoints_of(models: Sequence[tuple[str, str | None]]) -> tuple[Checkpoint
     """The Hub repos among (model, revision) pairs; a path is on the host already and is not staged."""
     seen: dict[str, Checkpoint] = {}
     for model, revision in models:
-        if not model.startswith("/") and model not in seen:
+        if not is_local_path(model) and model not in seen:
             seen[model] = Checkpoint(model, revision)
     return tuple(seen.values())
 
@@ -129,7 +130,9 @@ def host_env(engine_env: Mapping[str, str], hf_home: str | None) -> dict[str, st
 def staging_env(engine_env: Mapping[str, str], secrets_env: Mapping[str, str], hf_home: str | None = None) -> dict[str, str]:
     """The launch environment's cache settings on that host and the secrets; online, whatever the
     launch or the host's own environment says (staging is the one step that is meant to fetch)."""
-    return {**host_env(engine_env, hf_home), **secrets_env, OFFLINE_ENV: "0"}
+    # huggingface_hub's own progress bars would pile up on stderr for the whole download: the
+    # script reports progress itself
+    return {**host_env(engine_env, hf_home), **secrets_env, OFFLINE_ENV: "0", "HF_HUB_DISABLE_PROGRESS_BARS": "1"}
 
 
 def command(python: str, root: str, checkpoints: Sequence[Checkpoint], mode: str) -> list[str]:

@@ -278,3 +278,22 @@ def test_a_host_with_its_own_cache_in_the_inventory(cli: Any, lab: SshLab, env: 
     launch = (release / "launch.sh").read_text()
     assert f"export HF_HOME={own}" in launch and "HF_HUB_CACHE" not in launch
     cli("stop", profile, "--hosts", "h1", *env["common"])
+
+
+def test_no_host_stops_until_every_host_has_staged(cli: Any, lab: SshLab, env: dict[str, Any], hub: HubEndpoint,
+                                                   tmp_path: Path) -> None:
+    """h1 cannot stage (its cache is somewhere it cannot write): h0, which staged, does not stop
+    its running release either, and says why."""
+    common = [*env["common"], "--hosts", "h0,h1"]
+    assert cli("deploy", env["v1"], "--no-verify", *common).code == 0
+    before = {r["host"]: r["current"] for r in cli("--json", "status", env["v1"], *common).json()["hosts"]}
+    inventory = yaml.safe_load(Path(env["inventory"]).read_text())
+    inventory["hosts"]["h1"]["hf_home"] = "/proc/no-cache-here"
+    Path(env["inventory"]).write_text(yaml.safe_dump(inventory))
+    result = cli("--json", "deploy", hub_profile(env, hub, cache=str(tmp_path / "cache")), "--no-verify", *common)
+    rows = {r["host"]: r for r in result.json()["hosts"]}
+    assert result.code == 3 and not rows["h0"]["ok"] and not rows["h1"]["ok"], result.stdout
+    assert "nothing was stopped" in rows["h0"]["detail"] and "h1" in rows["h0"]["detail"]
+    after = {r["host"]: (r["current"], r["healthy"]) for r in cli("--json", "status", env["v1"], *common).json()["hosts"]}
+    assert after == {h: (before[h], True) for h in ("h0", "h1")}
+    cli("stop", env["v1"], *common)
