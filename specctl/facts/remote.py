@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from specctl.profile.profile import Profile
 
 READ_TIMEOUT_S = 120.0  # headers only, but a checkpoint of 160 shards on a network file system takes a while
-_SCRIPT = Path(__file__).with_name("_meta_host.py").read_text(encoding="utf-8")
+_SCRIPT = Path(__file__).with_name("_meta_host.py")  # read when a host is asked, not at import (check's start-up)
 _SHOWN = 3  # differences named per kind before "and N more"
 
 _FIXES = {
@@ -75,7 +75,7 @@ class HostCheckpoint:
 def command(python: str, paths: Sequence[str]) -> list[str]:
     request = {"paths": list(paths), "index_file": INDEX_FILE, "max_header_bytes": MAX_HEADER_BYTES,
                "max_json_bytes": MAX_CHECKPOINT_JSON_BYTES}
-    return [python, "-c", _SCRIPT, json.dumps(request, sort_keys=True)]
+    return [python, "-c", _SCRIPT.read_text(encoding="utf-8"), json.dumps(request, sort_keys=True)]
 
 
 def read_all(transport: Transport, python: str, paths: Sequence[str],

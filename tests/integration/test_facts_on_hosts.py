@@ -127,14 +127,20 @@ def test_deploy_refuses_hosts_whose_copies_differ_before_anything_is_stopped(cli
         put_models(lab, "h1", models, hidden_size=256)
         profile = host_path_profile(env, models, hosts=["all"])
         try:
+            running = Path(env["tmp"]) / "profiles" / "running.yaml"  # the same profile from paths this machine has too
+            data = yaml.safe_load(Path(env["v1"]).read_text())
+            data["metadata"]["name"] = NAME
+            running.write_text(yaml.safe_dump(data, sort_keys=False))
+            assert cli("deploy", str(running), "--no-verify", *common).code == 0  # something runs that must keep running
+            before = [h["current"] for h in cli("--json", "status", profile, *common).json()["hosts"]]
             refused = cli("--json", "deploy", profile, "--no-verify", *common)
             assert refused.code == 2, refused.stdout + refused.stderr
             error = refused.json()["error"]
             assert "h0 vs h1" in error["message"] and "hidden_size: 128 on h0, 256 on h1" in error["message"], error
             assert "nothing was stopped" in error["fix"]
-            status = cli("--json", "status", profile, *common)
-            assert [h["current"] for h in status.json()["hosts"]] == [None, None]
-            assert cli("--json", "runs").json()["runs"] == []  # refused before a run was recorded
+            status = cli("--json", "status", profile, *common).json()["hosts"]
+            assert [h["current"] for h in status] == before and all(before) and all(h["healthy"] for h in status)
+            assert len(cli("--json", "runs").json()["runs"]) == 1  # the refused deploy recorded no run
 
             put_models(lab, "h1", models)  # the same copy on both: read on each, compared, deployed
             deployed = cli("--json", "deploy", profile, "--no-verify", *common)
