@@ -4,10 +4,19 @@ from __future__ import annotations
 
 from functools import cache
 
-from specctl.engines.base import Convention, Engine, LaunchSpec, ParseAnswer, ProbeDisagreement, ProbeReport, SpecRewrite
+from specctl.engines.base import (
+    Convention,
+    Engine,
+    HttpContract,
+    LaunchSpec,
+    ParseAnswer,
+    ProbeDisagreement,
+    ProbeReport,
+    SpecRewrite,
+)
 from specctl.errors import EngineError
 
-__all__ = ["Convention", "Engine", "LaunchSpec", "ParseAnswer", "ProbeDisagreement", "ProbeReport", "SpecRewrite",
+__all__ = ["Convention", "Engine", "HttpContract", "LaunchSpec", "ParseAnswer", "ProbeDisagreement", "ProbeReport", "SpecRewrite",
            "engine_names", "get_engine"]
 
 # name -> "module:attribute"; imported lazily so one engine's data never loads for another

@@ -96,6 +96,16 @@ class ParseAnswer:
 
 
 @dataclass(frozen=True)
+class HttpContract:
+    """What one engine version's HTTP API gives verify (derived from each release's code)."""
+
+    version: str
+    chat_meta_info: bool  # /v1/chat/completions returns meta_info (with the speculative counters) when asked
+    spec_counters: bool  # meta_info carries spec_verify_ct when speculating
+    e2e_latency: bool  # meta_info carries e2e_latency
+
+
+@dataclass(frozen=True)
 class ProbeReport:
     """What the engine installed for an interpreter said about itself."""
 
@@ -165,6 +175,10 @@ class Engine(Protocol):
 
     def probe_script(self) -> Path:
         """A self-contained file the engine's interpreter runs: JSON request on stdin, answer on stdout."""
+        ...
+
+    def http_contract(self, version: str) -> HttpContract:
+        """What this version's HTTP API answers verify with."""
         ...
 
     def build_script(self) -> Path | None:

@@ -110,13 +110,18 @@ def verify_release(session: HostSession, run_id: str, *, baseline: tuple[str, Me
     verdict.drift = drift(expected, engine.reported_server_args(info))
     v = profile.verify
     spec = gate_spec(profile)
+    contract = engine.http_contract(profile.engine.version)
+    no_counters = gate.NO_COUNTERS if contract.chat_meta_info else (
+        f"sglang {profile.engine.version}'s chat endpoint returns no meta_info (it honours return_meta_info from "
+        "0.5.13), so verify gets no speculative counters from it; verify over the native /generate for older "
+        "versions is not built yet")
     base = baseline[1] if baseline else None
     warm_up(client, docs.workload, max_new_tokens=v.max_new_tokens, temperature=v.temperature)
 
     def decided(m: Measurement) -> bool:
         if len(m.generations) < stats.MIN_SAMPLES:
             return False
-        gates = gate.evaluate(spec, m, base, sequential=True, planned_n=v.requests)
+        gates = gate.evaluate(spec, m, base, sequential=True, planned_n=v.requests, no_counters=no_counters)
         return bool(gates) and gate.all_decided(gates)
 
     measured = measure(client, docs.workload, requests=v.requests, max_new_tokens=v.max_new_tokens, temperature=v.temperature,
@@ -125,7 +130,8 @@ def verify_release(session: HostSession, run_id: str, *, baseline: tuple[str, Me
     cancel.check()
     verdict.stopped_early = len(measured.generations) < v.requests
     verdict.measurement = measured
-    verdict.gates = gate.evaluate(spec, measured, base, sequential=verdict.stopped_early, planned_n=v.requests)
+    verdict.gates = gate.evaluate(spec, measured, base, sequential=verdict.stopped_early, planned_n=v.requests,
+                                  no_counters=no_counters)
     verdict.summary = summarize(measured, base, sequential=verdict.stopped_early, planned_n=v.requests)
     return verdict
 

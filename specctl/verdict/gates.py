@@ -99,14 +99,17 @@ def _judge(name: str, op: str, threshold: float, interval: stats.Interval | None
                       "" if decided else "the interval contains the threshold: judged by the estimate")
 
 
+NO_COUNTERS = "no speculative counters (spec_verify_ct) came back: is speculation on?"
+
+
 def evaluate(spec: GateSpec, m: Measurement, baseline: Measurement | None, *, sequential: bool = False,
-             planned_n: int = 0) -> list[GateResult]:
-    """Every gate the profile sets, judged on the requests so far."""
+             planned_n: int = 0, no_counters: str = NO_COUNTERS) -> list[GateResult]:
+    """Every gate the profile sets, judged on the requests so far; `no_counters` says why an
+    accept length cannot be judged when the engine returned no counters."""
     gates = []
     if spec.min_accept_length is not None:
         gates.append(_judge("accept_length", ">=", spec.min_accept_length,
-                            accept_length(m, sequential=sequential, planned_n=planned_n),
-                            "no speculative counters (spec_verify_ct) came back: is speculation on?"))
+                            accept_length(m, sequential=sequential, planned_n=planned_n), no_counters))
     if spec.min_speedup is not None:
         missing = "no baseline to compare with: run `specctl baseline` or pass --baseline auto"
         gates.append(_judge("speedup", ">=", spec.min_speedup,

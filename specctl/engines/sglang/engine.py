@@ -3,12 +3,21 @@
 from __future__ import annotations
 
 import copy
+import json
 from collections.abc import Mapping, Sequence
-from functools import partial
+from functools import cache, partial
 from pathlib import Path
 from typing import Any
 
-from specctl.engines.base import Convention, LaunchSpec, ParseAnswer, ProbeDisagreement, ProbeReport, SpecRewrite
+from specctl.engines.base import (
+    Convention,
+    HttpContract,
+    LaunchSpec,
+    ParseAnswer,
+    ProbeDisagreement,
+    ProbeReport,
+    SpecRewrite,
+)
 from specctl.engines.flags import FlagCatalog
 from specctl.constants import OVERLAY_DIR, OVERLAY_PATH
 from specctl.engines.sglang import capture as table
@@ -271,6 +280,19 @@ class SGLangEngine:
     def pins_installed_version(self) -> bool:
         return True
 
+    def http_contract(self, version: str) -> HttpContract:
+        """From data/http.json (scripts/gen_sglang_http.py: the first release of each feature); a
+        version the table does not list is taken as the newest."""
+        since = _http_since()
+        releases = table.load_table().releases
+        at = releases.index(version) if version in releases else len(releases)
+
+        def has(feature: str) -> bool:
+            first = since.get(feature)
+            return first is not None and first in releases and at >= releases.index(first)
+
+        return HttpContract(version, has("chat_meta_info"), has("spec_verify_ct"), has("e2e_latency"))
+
     def expected_server_args(self, argv: Sequence[str], release_dir: str, engine_version: str) -> dict[str, str]:
         # the flags whose resolved value /server_info reports under the flag's dest name
         expected = {"version": engine_version}
@@ -287,3 +309,10 @@ class SGLangEngine:
 
 
 SGLANG = SGLangEngine()
+
+
+@cache
+def _http_since() -> dict[str, str | None]:
+    with open(Path(__file__).parent / "data" / "http.json", encoding="utf-8") as handle:
+        since: dict[str, str | None] = json.load(handle)["since"]
+    return since

@@ -246,3 +246,16 @@ def test_table_rows_tile_the_releases_without_gaps(table: ConventionTable) -> No
         for r in rows:
             if r.supported:
                 assert r.explicit in EXPLICIT_RULES and r.default and r.max_position in ("N-1", "N")
+
+
+def test_the_http_contract_per_version() -> None:
+    """From data/http.json (scripts/gen_sglang_http.py reads every release's code): chat completions
+    return meta_info from 0.5.13; before that only the native /generate does."""
+    from specctl.engines import get_engine
+
+    sglang = get_engine("sglang")
+    old, new = sglang.http_contract("0.5.12.post1"), sglang.http_contract("0.5.23")
+    assert not old.chat_meta_info and old.spec_counters and old.e2e_latency
+    assert new.chat_meta_info and new.spec_counters
+    assert not sglang.http_contract("0.4.1").spec_counters  # spec_verify_ct from 0.4.2
+    assert sglang.http_contract("0.6.0").chat_meta_info  # newer than the table: the newest contract

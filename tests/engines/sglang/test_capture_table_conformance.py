@@ -20,7 +20,9 @@ from specctl.engines.sglang.capture import load_table
 pytestmark = pytest.mark.conformance
 
 REPO = Path(__file__).resolve().parents[3]
-SAMPLE = ("0.4.6", "0.4.9", "0.5.5", "0.5.14", "0.5.23")
+# every release where a capture path this table models changed, among others: 0.5.13 (DeepSeek's +1
+# only when ids[0] == 1), 0.5.17 (DeepSeek's forward preallocates a slot per position)
+SAMPLE = ("0.4.6", "0.4.9", "0.5.5", "0.5.12.post1", "0.5.13", "0.5.14", "0.5.16", "0.5.17", "0.5.23")
 
 
 def _generator() -> ModuleType:
@@ -61,9 +63,9 @@ def test_shipped_rows_match_the_release_code(gen: ModuleType, cache: Path, versi
         assert row is not None, arch
         b = derived[arch]
         shipped = (row.supported, row.source, row.default, row.explicit, row.max_position, row.beyond,
-                   row.negative, row.embedding, row.capture_site)
+                   row.negative, row.embedding, row.capture_site, row.unmatched)
         real = (b.supported, b.source, b.default, b.explicit, b.max_position, b.beyond, b.negative, b.embedding,
-                b.capture_site)
+                b.capture_site, b.unmatched)
         assert shipped == real, f"{arch} @ {version}"
 
 
@@ -75,3 +77,16 @@ def test_generator_fails_loudly_when_no_rule_fits(gen: ModuleType, cache: Path, 
     monkeypatch.setattr(gen, "EXPLICIT_RULES", reduced)
     with pytest.raises(gen.DerivationError, match="named rules reproduce"):
         gen.derive_release(cache, "0.5.23", True, ["DeepseekV3ForCausalLM"])
+
+
+def test_the_http_contract_matches_the_release_code(cache: Path) -> None:
+    """Chat completions honour return_meta_info from 0.5.13 on, as data/http.json says."""
+    spec = importlib.util.spec_from_file_location("gen_sglang_http", REPO / "scripts" / "gen_sglang_http.py")
+    assert spec is not None and spec.loader is not None
+    http = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(http)
+    from specctl.engines import get_engine
+
+    for version in ("0.5.12.post1", "0.5.13", "0.5.23"):
+        [wheel] = sorted(cache.glob(f"sglang-{version}-*.whl"))[:1]
+        assert http.features_of(wheel)["chat_meta_info"] == get_engine("sglang").http_contract(version).chat_meta_info

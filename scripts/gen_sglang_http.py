@@ -1,0 +1,79 @@
+#!/usr/bin/env python3
+"""Generate sglang's HTTP contract per release, as verify needs it, from the code of every release.
+
+For each cached wheel (read as a zip, like gen_sglang_conventions.py) it reads where the answer
+verify relies on comes from, and writes the first release of each feature to
+`specctl/engines/sglang/data/http.json`:
+
+- `chat_meta_info`: `/v1/chat/completions` honours `return_meta_info` (the OpenAI serving code
+  reads the field): verify can send chat requests and still get the counters; before it, the
+  field is ignored and only the native `/generate` returns `meta_info`.
+- `spec_verify_ct`: `meta_info` carries the verify-step count (the managers set the key).
+- `e2e_latency`: `meta_info` carries the request's end-to-end latency.
+
+    python scripts/gen_sglang_http.py [--check] [--cache DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+import zipfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "scripts"))
+
+from gen_sglang_conventions import DEFAULT_CACHE, list_releases_cached, version_key  # noqa: E402
+
+OUT = REPO / "specctl" / "engines" / "sglang" / "data" / "http.json"
+# feature -> (files whose text is read, what must appear in them)
+FEATURES: dict[str, tuple[str, str]] = {
+    "chat_meta_info": (r"sglang/srt/(entrypoints|openai_api)/.*\.py$", "return_meta_info"),
+    "spec_verify_ct": (r"sglang/srt/managers/.*\.py$", '"spec_verify_ct"'),
+    "e2e_latency": (r"sglang/srt/managers/.*\.py$", '"e2e_latency"'),
+}
+
+
+def features_of(wheel: Path) -> dict[str, bool]:
+    with zipfile.ZipFile(wheel) as z:
+        names = z.namelist()
+        texts = {pattern: "".join(z.read(n).decode("utf-8", "replace") for n in names if re.search(pattern, n))
+                 for pattern, _ in FEATURES.values()}
+    return {name: needle in texts[pattern] for name, (pattern, needle) in FEATURES.items()}
+
+
+def generate(cache: Path) -> dict[str, object]:
+    releases = list_releases_cached(cache)
+    first: dict[str, str | None] = dict.fromkeys(FEATURES)
+    for version in releases:
+        wheel = sorted(cache.glob(f"sglang-{version}-*.whl"))[0]
+        for name, present in features_of(wheel).items():
+            if present and first[name] is None:
+                first[name] = version
+            elif not present and first[name] is not None:
+                raise RuntimeError(f"{name} disappears in sglang {version} (seen from {first[name]}): model it per release")
+    return {"generated_by": "scripts/gen_sglang_http.py", "releases": [releases[0], releases[-1]], "since": first}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--cache", type=Path, default=DEFAULT_CACHE)
+    parser.add_argument("--check", action="store_true")
+    args = parser.parse_args()
+    data = generate(args.cache)
+    if args.check:
+        shipped = json.loads(OUT.read_text())
+        if shipped["since"] != data["since"]:
+            print(f"shipped {shipped['since']}\nderived {data['since']}")
+            return 1
+        return 0
+    OUT.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+    print(f"wrote {OUT}: {data['since']}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
