@@ -88,6 +88,7 @@ class Server:
     """One loaded engine behind a lock: requests are served one at a time, in arrival order."""
 
     def __init__(self, args: argparse.Namespace, launch_command: str) -> None:
+        from specctl.engines import get_engine
         from specctl.engines.reference.runtime import load
 
         self.args = args
@@ -95,6 +96,8 @@ class Server:
         self.launch_command = launch_command
         self.lock = threading.Lock()
         self.runtime = load(args, self.resolved, log)
+        # the HTTP API of the emulated version, from the same per-version data verify reads
+        self.contract = get_engine("sglang").http_contract(args.emulate_sglang_version)
         self.lifetime = {"completion_tokens": 0, "verify_ct": 0}
         self.started = time.time()
 
@@ -223,7 +226,7 @@ def make_handler(server: Server) -> type[BaseHTTPRequestHandler]:
             meta = result["meta_info"]
             choice: dict[str, Any] = {"index": 0, "message": {"role": "assistant", "content": result["text"]},
                                       "finish_reason": meta["finish_reason"]["type"]}
-            if body.get("return_meta_info"):
+            if body.get("return_meta_info") and server.contract.chat_meta_info:  # ignored before sglang 0.5.13
                 choice["meta_info"] = meta
             usage = {"prompt_tokens": meta["prompt_tokens"], "completion_tokens": meta["completion_tokens"],
                      "total_tokens": meta["prompt_tokens"] + meta["completion_tokens"]}

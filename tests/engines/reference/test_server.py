@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -31,25 +32,44 @@ def launch(*flags: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "specctl.engines.reference", *flags], capture_output=True, text=True, timeout=60)
 
 
-@pytest.fixture(scope="module")
-def server() -> Iterator[tuple[str, subprocess.Popen[str]]]:
+@contextmanager
+def started(*extra: str) -> Iterator[tuple[str, subprocess.Popen[str]]]:
+    """A reference engine process for the block; stopped (by its pid) whatever the block does."""
     port = free_port()
     argv = [sys.executable, "-m", "specctl.engines.reference", "--model-path", str(MODELS / "tiny-llama"),
             "--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", str(MODELS / "tiny-llama-eagle3"),
             "--speculative-num-steps", "3", "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "4",
-            "--tp-size", "1", "--host", "127.0.0.1", "--port", str(port), "--enable-metrics"]
+            "--tp-size", "1", "--host", "127.0.0.1", "--port", str(port), "--enable-metrics", *extra]
     process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    client = EngineClient(f"http://127.0.0.1:{port}", timeout_s=60)
-    deadline = time.monotonic() + 120
-    while not client.healthy(timeout_s=10):
-        assert process.poll() is None, process.stdout.read() if process.stdout else ""
-        assert time.monotonic() < deadline, "the reference engine did not become ready"
-        time.sleep(0.2)
-    yield f"http://127.0.0.1:{port}", process
-    process.terminate()
-    process.wait(timeout=10)
-    if process.stdout:
-        process.stdout.close()
+    try:
+        client = EngineClient(f"http://127.0.0.1:{port}", timeout_s=60)
+        deadline = time.monotonic() + 120
+        while not client.healthy(timeout_s=10):
+            assert process.poll() is None, process.stdout.read() if process.stdout else ""
+            assert time.monotonic() < deadline, "the reference engine did not become ready"
+            time.sleep(0.2)
+        yield f"http://127.0.0.1:{port}", process
+    finally:
+        process.terminate()
+        process.wait(timeout=10)
+        if process.stdout:
+            process.stdout.close()
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[tuple[str, subprocess.Popen[str]]]:
+    with started() as running:
+        yield running
+
+
+def test_an_emulated_version_before_0_5_13_ignores_return_meta_info_in_chat(server: tuple[str, Any]) -> None:
+    """As sglang did before 0.5.13 (data/http.json): chat answers without meta_info, /generate with it."""
+    messages = [{"role": "user", "content": "hello"}]
+    assert EngineClient(server[0], timeout_s=60).chat(messages, max_new_tokens=8).spec_verify_ct  # 0.5.23: counters
+    with started("--emulate-sglang-version", "0.5.12.post1") as (url, _):
+        client = EngineClient(url, timeout_s=60)
+        assert client.chat(messages, max_new_tokens=8).spec_verify_ct is None
+        assert client.generate(text="hello", max_new_tokens=8).spec_verify_ct
 
 
 def test_unknown_and_wrong_flags_are_argparse_errors() -> None:
