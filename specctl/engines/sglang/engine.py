@@ -9,15 +9,7 @@ from functools import cache, partial
 from pathlib import Path
 from typing import Any
 
-from specctl.engines.base import (
-    Convention,
-    HttpContract,
-    LaunchSpec,
-    ParseAnswer,
-    ProbeDisagreement,
-    ProbeReport,
-    SpecRewrite,
-)
+from specctl.engines.base import Convention, HttpContract, LaunchSpec, ParseAnswer, ProbeDisagreement, ProbeReport, SpecRewrite
 from specctl.engines.flags import FlagCatalog
 from specctl.constants import OVERLAY_DIR, OVERLAY_PATH
 from specctl.engines.sglang import capture as table
