@@ -200,7 +200,9 @@ def test_a_jump_host_going_down_mid_command_is_connection_lost(jumplab: SshLab, 
         assert t.run(["true"]).rc == 0
         try:
             jumplab.kill_sshd(b1)
-            with pytest.raises(ConnectionLost, match="connection broke"):
+            # lost mid-command, or found lost when the command is sent (the tunnel's end is seen first):
+            # either way ConnectionLost, nobody knows whether it ran
+            with pytest.raises(ConnectionLost, match="connection broke|cannot connect .* through b1"):
                 t.run(["sleep", "5"])
             jumplab.start_sshd(b1)
             assert t.run(["echo", "back"], retry=True).stdout == "back\n"  # the whole chain again
