@@ -181,6 +181,11 @@ class Engine(Protocol):
         """What this version's HTTP API answers verify with."""
         ...
 
+    def chat_ids_command(self, python: str, argv: Sequence[str]) -> list[str]:
+        """A host command printing, as JSON, the token ids this engine's chat endpoint would build for
+        each message list on its stdin (for versions whose chat endpoint returns no meta_info)."""
+        ...
+
     def build_script(self) -> Path | None:
         """A self-contained file printing which build of the engine an interpreter has (version and a
         digest of the files the probe reads); None when the engine cannot be probed on hosts."""

@@ -11,6 +11,7 @@ import json
 
 from specctl.errors import HostError, InputError
 from specctl.flows.change import Change
+from specctl.flows.prompts import release_prompts
 from specctl.flows.recorder import recording
 from specctl.flows.release_files import profile_workload, release_contents
 from specctl.flows.report import profile_fields
@@ -19,6 +20,7 @@ from specctl.flows.stages import Stage, Walk
 from specctl.flows.static import CheckReport, plan
 from specctl.hosts.inventory import HostSpec
 from specctl.profile.profile import Profile
+from specctl.release.documents import read_release
 from specctl.release.staging import host_env, profile_checkpoints
 from specctl.verdict.client import EngineClient
 from specctl.verdict.measure import Measurement, measure, warm_up
@@ -59,8 +61,9 @@ def baseline(ctx: Context, report: CheckReport, host: HostSpec) -> tuple[str, Me
 
             def measure_stage() -> None:
                 client = EngineClient(f"http://{session.transport.address}:{profile.engine.port}", cancel=ctx.cancel)
-                warm_up(client, workload, max_new_tokens=v.max_new_tokens, temperature=v.temperature)
-                measured.append(measure(client, workload, requests=v.requests, max_new_tokens=v.max_new_tokens,
+                prompts = release_prompts(change.release, read_release(change.release), report.inputs.engine)
+                warm_up(client, prompts, max_new_tokens=v.max_new_tokens, temperature=v.temperature)
+                measured.append(measure(client, prompts, requests=v.requests, max_new_tokens=v.max_new_tokens,
                                         temperature=v.temperature, cancelled=lambda: ctx.cancel.cancelled,
                                         on_request=lambda i, g: session.progress(f"baseline request {i + 1}/{v.requests}")))
                 ctx.cancel.check()

@@ -15,6 +15,7 @@ from specctl.engines import get_engine
 from specctl.errors import InputError
 from specctl.facts import host as host_facts
 from specctl.flows.baseline import baseline_for
+from specctl.flows.prompts import release_prompts
 from specctl.flows.recorder import Recorder, keep_verdict, let_go_all, recording
 from specctl.flows.report import HostReport, profile_fields
 from specctl.flows.session import Context, HostSession, error_text
@@ -111,12 +112,12 @@ def verify_release(session: HostSession, run_id: str, *, baseline: tuple[str, Me
     v = profile.verify
     spec = gate_spec(profile)
     contract = engine.http_contract(profile.engine.version)
-    no_counters = gate.NO_COUNTERS if contract.chat_meta_info else (
-        f"sglang {profile.engine.version}'s chat endpoint returns no meta_info (it honours return_meta_info from "
-        "0.5.13), so verify gets no speculative counters from it; verify over the native /generate for older "
-        "versions is not built yet")
+    no_counters = gate.NO_COUNTERS if contract.spec_counters else (
+        f"sglang {profile.engine.version} reports no speculative counters (meta_info.spec_verify_ct first appears "
+        "in 0.4.2), so verify cannot measure accept length on it")
     base = baseline[1] if baseline else None
-    warm_up(client, docs.workload, max_new_tokens=v.max_new_tokens, temperature=v.temperature)
+    prompts = release_prompts(session.release(run_id), docs, engine)
+    warm_up(client, prompts, max_new_tokens=v.max_new_tokens, temperature=v.temperature)
 
     def decided(m: Measurement) -> bool:
         if len(m.generations) < stats.MIN_SAMPLES:
@@ -124,7 +125,7 @@ def verify_release(session: HostSession, run_id: str, *, baseline: tuple[str, Me
         gates = gate.evaluate(spec, m, base, sequential=True, planned_n=v.requests, no_counters=no_counters)
         return bool(gates) and gate.all_decided(gates)
 
-    measured = measure(client, docs.workload, requests=v.requests, max_new_tokens=v.max_new_tokens, temperature=v.temperature,
+    measured = measure(client, prompts, requests=v.requests, max_new_tokens=v.max_new_tokens, temperature=v.temperature,
                        on_request=lambda i, g: session.progress(f"request {i + 1}/{v.requests}"), enough=decided,
                        cancelled=lambda: cancel.cancelled)
     cancel.check()
@@ -133,6 +134,7 @@ def verify_release(session: HostSession, run_id: str, *, baseline: tuple[str, Me
     verdict.gates = gate.evaluate(spec, measured, base, sequential=verdict.stopped_early, planned_n=v.requests,
                                   no_counters=no_counters)
     verdict.summary = summarize(measured, base, sequential=verdict.stopped_early, planned_n=v.requests)
+    verdict.summary["route"] = prompts.route
     return verdict
 
 

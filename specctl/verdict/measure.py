@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -52,12 +52,35 @@ class Measurement:
         return self.completion_tokens / self.wall_s if self.wall_s else 0.0
 
 
-def warm_up(client: EngineClient, workload: Workload, *, max_new_tokens: int, temperature: float = 0.0) -> None:
+@dataclass(frozen=True)
+class Prompts:
+    """What each request of a workload sends. By default the chat messages, so the server applies the
+    model's own chat template. `input_ids`, when set, are those same messages already rendered by the
+    host's tokenizer, sent to the native /generate: for engine versions whose chat endpoint returns
+    no `meta_info` (sglang before 0.5.13), so the speculative counters still come back."""
+
+    workload: Workload
+    input_ids: tuple[tuple[int, ...], ...] | None = None
+
+    @property
+    def route(self) -> str:
+        return "/generate" if self.input_ids is not None else "/v1/chat/completions"
+
+    def send(self, client: EngineClient, i: int, *, max_new_tokens: int, temperature: float) -> Generation:
+        """Request `i` of the workload (cycling through it)."""
+        if self.input_ids is not None:
+            return client.generate(input_ids=self.input_ids[i % len(self.input_ids)], max_new_tokens=max_new_tokens,
+                                   temperature=temperature)
+        requests = self.workload.requests
+        return client.chat(requests[i % len(requests)], max_new_tokens=max_new_tokens, temperature=temperature)
+
+
+def warm_up(client: EngineClient, prompts: Prompts, *, max_new_tokens: int, temperature: float = 0.0) -> None:
     """One short request that is not counted: first-request costs (allocation, lazy init) stay out of the numbers."""
-    client.chat(workload.requests[0], max_new_tokens=min(8, max_new_tokens), temperature=temperature)
+    prompts.send(client, 0, max_new_tokens=min(8, max_new_tokens), temperature=temperature)
 
 
-def measure(client: EngineClient, workload: Workload, *, requests: int, max_new_tokens: int, temperature: float = 0.0,
+def measure(client: EngineClient, prompts: Prompts, *, requests: int, max_new_tokens: int, temperature: float = 0.0,
             on_request: Callable[[int, Generation], None] = lambda i, g: None,
             enough: Callable[[Measurement], bool] = lambda m: False,
             cancelled: Callable[[], bool] | None = None) -> Measurement:
@@ -68,11 +91,10 @@ def measure(client: EngineClient, workload: Workload, *, requests: int, max_new_
     stop = cancelled if cancelled is not None else (lambda: client.cancel.cancelled)
     generations: list[Generation] = []
     start = time.perf_counter()
-    prompts: Sequence[tuple[dict[str, str], ...]] = workload.requests
     for i in range(requests):
         if stop():
             break
-        generation = client.chat(prompts[i % len(prompts)], max_new_tokens=max_new_tokens, temperature=temperature)
+        generation = prompts.send(client, i, max_new_tokens=max_new_tokens, temperature=temperature)
         generations.append(generation)
         on_request(i, generation)
         if i + 1 < requests and enough(Measurement(tuple(generations), time.perf_counter() - start)):

@@ -6,6 +6,7 @@ the middle of a deploy: the run is closed as killed and the host keeps a `curren
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -16,7 +17,9 @@ from typing import Any
 
 import yaml
 
+from specctl.engines.reference.tokenizer import BOS_ID
 from specctl.flows.demo import write_inputs
+from specctl.verdict.workload import load_workload
 from tests.integration.sshd import SshLab
 
 NAME = "seed-demo"
@@ -140,3 +143,34 @@ def test_sigterm_mid_deploy_closes_the_run_as_killed(cli: Any, lab: SshLab, tmp_
     again = cli("deploy", str(v1), "--no-verify", *common)  # the next deploy works
     assert again.code == 0, again.stderr
     cli("stop", str(v1), *common[:4])
+
+
+def test_verify_on_an_engine_whose_chat_endpoint_has_no_counters(cli: Any, lab: SshLab, tmp_path: Path) -> None:
+    # the reference engine emulating sglang 0.5.12.post1 answers chat requests without meta_info, as
+    # that release did: verify renders the workload with the host's tokenizer and asks /generate
+    v1, _ = write_inputs(tmp_path, 31740)
+    data = yaml.safe_load(v1.read_text())
+    data["metadata"]["name"] = "older-engine"
+    data["engine"].update({"version": "0.5.12.post1", "host": "0.0.0.0"})
+    data["hosts"] = ["h2"]
+    data["verify"].update({"requests": 8, "max_new_tokens": 32, "min_accept_length": 2.5})
+    v1.write_text(yaml.safe_dump(data, sort_keys=False))
+    inventory = lab.inventory(tmp_path / "hosts.yaml", sys.executable)
+    common = ["--inventory", str(inventory), "--ssh-config", str(lab.ssh_config), "--ledger", str(tmp_path / "ledger.db")]
+    try:
+        done = cli("--json", "deploy", str(v1), *common)
+        assert done.code == 0, done.stdout + done.stderr
+        [host] = done.json()["hosts"]
+        verdict = host["verdict"]
+        assert verdict["passed"] and verdict["summary"]["route"] == "/generate"
+        gates = {g["name"]: g for g in verdict["gates"]}
+        assert gates["accept_length"]["passed"] and gates["accept_length"]["interval"]["estimate"] > 2.5
+        kept = lab.hosts["h2"].root / "older-engine" / "releases" / host["release"] / "prompt-ids.json"
+        ids = json.loads(kept.read_text())["ids"]
+        assert len(ids) == len(load_workload("chat-small").requests) and ids[0][0] == BOS_ID
+        # a second verify reads the kept rendering: same ids, same route
+        again = cli("--json", "verify", str(v1), *common)
+        assert again.code == 0 and again.json()["hosts"][0]["verdict"]["summary"]["route"] == "/generate"
+        assert json.loads(kept.read_text())["ids"] == ids
+    finally:
+        cli("stop", str(v1), *common[:4])

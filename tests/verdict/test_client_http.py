@@ -18,7 +18,7 @@ import pytest
 from specctl.cancel import CancelToken, Cancelled
 from specctl.errors import HostError
 from specctl.verdict.client import EngineAnswerError, EngineClient, EngineHTTPError, EngineTimeout
-from specctl.verdict.measure import measure
+from specctl.verdict.measure import Prompts, measure
 from specctl.verdict.workload import Workload
 
 Behaviour = Callable[[BaseHTTPRequestHandler, threading.Event], None]
@@ -294,7 +294,7 @@ def test_measure_stops_at_the_clients_cancel_token(serve: Callable[[Behaviour], 
     token = CancelToken()
     client = EngineClient(serve(answer(200, CHAT_BODY)), timeout_s=2, cancel=token)
     workload = Workload("w", "0" * 64, (({"role": "user", "content": "hi"},),))
-    measured = measure(client, workload, requests=5, max_new_tokens=8, on_request=lambda i, g: token.cancel())
+    measured = measure(client, Prompts(workload), requests=5, max_new_tokens=8, on_request=lambda i, g: token.cancel())
     assert len(measured.generations) == 1 and measured.mean_accept_length == pytest.approx(8 / 3)
 
 

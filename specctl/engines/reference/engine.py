@@ -8,6 +8,7 @@ module must not import torch: it sits on the path of `check` and `render`.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 from specctl.engines.base import LaunchSpec
@@ -29,6 +30,9 @@ class ReferenceEngine(SGLangEngine):
 
     def build_script(self) -> Path | None:
         return None  # it emulates sglang's rules from specctl's own table: there is no host build to ask
+
+    def chat_ids_command(self, python: str, argv: Sequence[str]) -> list[str]:
+        return [python, "-m", "specctl.engines.reference.tokenizer"]  # one byte-level tokenizer for every model
 
     def argv(self, spec: LaunchSpec) -> list[str]:
         argv = super().argv(spec)

@@ -54,3 +54,18 @@ def apply_chat_template(messages: Sequence[Mapping[str, str]], *, add_generation
         lines.append(_ROLE_PREFIX[role] + str(message.get("content", "")) + "\n")
     text = "".join(lines)
     return text + ASSISTANT_PREFIX if add_generation_prompt else text
+
+
+def main() -> None:
+    """The host side of verify's /generate route (`python -m specctl.engines.reference.tokenizer`):
+    a JSON list of message lists on stdin, `{"ids": [...]}` on stdout, as the reference engine's chat
+    endpoint would tokenize them."""
+    import json
+    import sys
+
+    requests = json.load(sys.stdin)
+    print(json.dumps({"ids": [encode(apply_chat_template(messages)) for messages in requests]}))
+
+
+if __name__ == "__main__":
+    main()

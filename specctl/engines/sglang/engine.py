@@ -189,6 +189,14 @@ class SGLangEngine:
     def build_script(self) -> Path | None:
         return Path(__file__).parent / "build.py"
 
+    def chat_ids_command(self, python: str, argv: Sequence[str]) -> list[str]:
+        """The tokenizer sglang's chat endpoint uses: --tokenizer-path, else --model-path, at --revision."""
+        flags = _flag_values(argv)
+        tokenizer = flags.get("--tokenizer-path") or flags.get("--model-path") or flags.get("--model") or ""
+        source = (Path(__file__).parent / "_chat_ids_host.py").read_text(encoding="utf-8")
+        return [python, "-c", source, tokenizer, flags.get("--revision") or "",
+                "1" if "--trust-remote-code" in argv else "0"]
+
     def probe_request(self, architecture: str | None, num_layers: int | None, ids: Sequence[Sequence[int] | None],
                       needed: Sequence[int] | None, argvs: Sequence[Sequence[str]]) -> dict[str, Any]:
         queries: list[list[int] | None] = []
@@ -301,6 +309,15 @@ class SGLangEngine:
 
 
 SGLANG = SGLangEngine()
+
+
+def _flag_values(argv: Sequence[str]) -> dict[str, str]:
+    """`--flag value` pairs of an argv (the first value of each flag)."""
+    values: dict[str, str] = {}
+    for flag, value in zip(argv, argv[1:], strict=False):
+        if flag.startswith("--") and not value.startswith("--"):
+            values.setdefault(flag, value)
+    return values
 
 
 @cache

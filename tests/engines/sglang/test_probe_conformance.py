@@ -31,17 +31,6 @@ LAYER_COUNTS = (32, 61, 94)
 COVERED = {"probe-version", "probe-disagrees", "probe-parse", "probe-agrees"}
 
 
-@pytest.fixture(scope="module")
-def sglang_python() -> str:
-    python = os.environ.get("SPECCTL_SGLANG_PYTHON", "")
-    if not python or not Path(python).exists():
-        message = "SPECCTL_SGLANG_PYTHON does not name the sglang CPU environment (make sglang-env)"
-        if os.environ.get("CI") == "true":
-            pytest.fail(message)
-        pytest.skip(message)
-    return python
-
-
 def battery(n: int) -> list[list[int] | None]:
     """The issue's id lists: None, SpecForge defaults, -1 first, 0 first, the last layer; plus edge cases."""
     return [None, [1, n // 2 - 1, n - 4], [-1, n // 2, n - 4], [0, n // 2, n - 4], [1, n // 2, n - 1], [n - 1], [n],
