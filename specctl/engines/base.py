@@ -96,6 +96,16 @@ class ParseAnswer:
 
 
 @dataclass(frozen=True)
+class DrafterProblem:
+    """Something in a drafter's config.json this engine version reads otherwise than its author meant."""
+
+    code: str  # a check code: drafter-format, drafter-ids-type
+    error: bool  # the drafter cannot serve as meant (else a warning)
+    message: str
+    fix: str
+
+
+@dataclass(frozen=True)
 class HttpContract:
     """What one engine version's HTTP API gives verify (derived from each release's code)."""
 
@@ -161,6 +171,11 @@ class Engine(Protocol):
 
     def drafter_ids(self, config: Mapping[str, Any]) -> list[int] | None:
         """The capture ids this engine reads from a drafter config.json (None: its default)."""
+        ...
+
+    def drafter_problems(self, version: str, algorithm: str, config: Mapping[str, Any]) -> list[DrafterProblem]:
+        """Why this engine version would not load or read a drafter config as its author meant: a
+        format it cannot load, a class that is not a drafter, ids that are not integers."""
         ...
 
     def with_drafter_ids(self, config: Mapping[str, Any], ids: Sequence[int]) -> dict[str, Any]:

@@ -40,6 +40,8 @@ CODES: dict[str, str] = {
     "draft-vocab-key": "an untied EAGLE-3 drafter config has no draft_vocab_size key",
     "aux-disabled": "eagle_config.use_aux_hidden_state is false: nothing is captured",
     "ids-top-level": "the drafter config has top-level ids that the engine's capture ignores",
+    "drafter-format": "the engine version cannot load the drafter as an EAGLE-3 drafter (format, class, or release)",
+    "drafter-ids-type": "the drafter's capture ids are not plain integers: what the engine makes of them",
     "algorithm-drafter": "an EAGLE-3 drafter is served with a non-EAGLE3 algorithm (silent fc skip)",
     "tp-heads": "TP does not divide the attention or KV heads",
     "tp-gpus": "TP exceeds nnodes x gpus_per_node or is not a multiple of nnodes",
@@ -241,6 +243,8 @@ def _drafter_config(inputs: Inputs, _: CaptureResolution | None) -> Iterator[Fin
     if t is not None and d.vocab_size is not None and t.vocab_size is not None and d.vocab_size != t.vocab_size:
         yield _f("vocab-size", E, f"drafter vocab_size {d.vocab_size} differs from the target's {t.vocab_size}",
                  "use a drafter trained with this target's tokenizer", "drafter.model", drafter=d.vocab_size, target=t.vocab_size)
+    for problem in inputs.engine.drafter_problems(p.engine.version, p.speculative.algorithm, d.config):
+        yield _f(problem.code, E if problem.error else W, problem.message, problem.fix, "drafter.model")
     eagle3 = "eagle3" in (d.architecture or "").lower()
     if eagle3 and not d.tie_word_embeddings and not d.has_draft_vocab_size:
         yield _f("draft-vocab-key", E, "the drafter config has no draft_vocab_size key and is untied; the engine fails to load it",

@@ -9,7 +9,7 @@ from functools import cache, partial
 from pathlib import Path
 from typing import Any
 
-from specctl.engines.base import Convention, HttpContract, LaunchSpec, ParseAnswer, ProbeDisagreement, ProbeReport, SpecRewrite
+from specctl.engines.base import Convention, DrafterProblem, HttpContract, LaunchSpec, ParseAnswer, ProbeDisagreement, ProbeReport, SpecRewrite
 from specctl.engines.flags import FlagCatalog
 from specctl.constants import OVERLAY_DIR, OVERLAY_PATH
 from specctl.engines.sglang import capture as table
@@ -141,14 +141,18 @@ class SGLangEngine:
         return argv
 
     def drafter_ids(self, config: Mapping[str, Any]) -> list[int] | None:
-        # sglang reads only the nested key (spec_aux_hidden_state.py `_resolve_eagle_aux_hidden_state`);
-        # any failure there falls back to the model default, so a malformed value means "default" too.
-        nested = config.get("eagle_config")
-        if isinstance(nested, Mapping):
-            ids = nested.get(IDS_KEY)
-            if isinstance(ids, list) and all(isinstance(i, int) and not isinstance(i, bool) for i in ids):
-                return list(ids)
+        # sglang reads only the nested key (spec_aux_hidden_state.py `_resolve_eagle_aux_hidden_state`)
+        # and hands the value to the setter as is: booleans and whole floats are numbers to it
+        # (`True + 1 == 2`, `2.0 == 2`); anything else fails there (drafter_problems says so)
+        ids = _raw_ids(config)
+        if isinstance(ids, list) and all(_whole(i) for i in ids):
+            return [int(i) for i in ids]
         return None
+
+    def drafter_problems(self, version: str, algorithm: str, config: Mapping[str, Any]) -> list[DrafterProblem]:
+        if algorithm != "EAGLE3":
+            return []
+        return [*_format_problems(version, config), *_ids_problems(config)]
 
     def with_drafter_ids(self, config: Mapping[str, Any], ids: Sequence[int]) -> dict[str, Any]:
         rewritten = copy.deepcopy(dict(config))
@@ -324,4 +328,80 @@ def _flag_values(argv: Sequence[str]) -> dict[str, str]:
 def _http_since() -> dict[str, str | None]:
     with open(Path(__file__).parent / "data" / "http.json", encoding="utf-8") as handle:
         since: dict[str, str | None] = json.load(handle)["since"]
+    return since
+
+
+def _raw_ids(config: Mapping[str, Any]) -> Any:
+    nested = config.get("eagle_config")
+    return nested.get(IDS_KEY) if isinstance(nested, Mapping) else None
+
+
+def _whole(value: Any) -> bool:
+    """A value sglang's capture code uses as that integer: an int, a bool, or a float with no fraction."""
+    return isinstance(value, int) or (isinstance(value, float) and value.is_integer())
+
+
+def _ids_problems(config: Mapping[str, Any]) -> list[DrafterProblem]:
+    ids = _raw_ids(config)
+    if ids is None:
+        return []
+    where = f"eagle_config.{IDS_KEY} = {json.dumps(ids)[:80]}"
+    fix = "write the ids as a JSON list of integers"
+    if not isinstance(ids, list) or not all(isinstance(i, (int, float)) for i in ids):
+        return [DrafterProblem("drafter-ids-type", True, f"{where} is not a list of numbers: sglang passes it to the "
+                               "model's capture setter as is, which fails at start-up (a TypeError when it adds the "
+                               "+1 offset or iterates)", fix)]
+    if not all(_whole(i) for i in ids):
+        return [DrafterProblem("drafter-ids-type", True, f"{where} has fractional ids: no layer index equals them, so "
+                               "sglang captures nothing at those positions (or fails at start-up where it indexes "
+                               "the layer list)", fix)]
+    odd = [i for i in ids if isinstance(i, bool) or isinstance(i, float)]
+    if not odd:
+        return []
+    read = [int(i) for i in ids]
+    floats = any(isinstance(i, float) for i in odd)
+    return [DrafterProblem("drafter-ids-type", floats, f"{where}: sglang uses {json.dumps(odd)} as the numbers "
+                           f"{[int(i) for i in odd]} (true + 1 == 2), so it reads {read}"
+                           + ("; where a release indexes the layer list with an id (Qwen-MoE from 0.5.4.post2, "
+                              "Qwen3-Next), a float is a TypeError at start-up" if floats else ""), fix)]
+
+
+def _format_problems(version: str, config: Mapping[str, Any]) -> list[DrafterProblem]:
+    archs = [a for a in config.get("architectures") or () if isinstance(a, str)]
+    shown = json.dumps(archs)
+    since = _eagle3_since()
+    releases = table.load_table().releases
+    at = releases.index(version) if version in releases else len(releases)
+    known = [name for name, first in since.items() if first in releases and at >= releases.index(first)]
+    if not config.get("model_type"):
+        kind = " (the speculators format)" if "speculators_config" in config or any(a.endswith("Speculator") for a in archs) else ""
+        return [DrafterProblem(
+            "drafter-format", True,
+            f"the drafter config has no model_type{kind}, architectures {shown}: sglang {version} reads it with "
+            f"transformers' AutoConfig, which refuses it (\"Should have a `model_type` key\"), and its model "
+            f"registry has no such class",
+            "serve it with an engine that loads this format (vLLM loads speculators drafters), or convert it to the "
+            "layout sglang loads: architectures [\"LlamaForCausalLMEagle3\"], model_type \"llama\", the layer "
+            "fields at the top level and eagle_config.eagle_aux_hidden_state_layer_ids")]
+    if any(a in known for a in archs):
+        return []
+    later = {a: since[a] for a in archs if a in since}
+    if later:
+        name, first = next(iter(later.items()))
+        return [DrafterProblem("drafter-format", True, f"sglang {version} has no {name} model class (it appears in {first})",
+                               f"pin engine.version to {first} or later")]
+    return [DrafterProblem(
+        "drafter-format", True,
+        f"architectures {shown} is not an EAGLE-3 drafter class of sglang {version} (it has {', '.join(known) or 'none'}): "
+        f"sglang loads the drafter as that plain model class, without its fc and midlayer weights, so it fails at "
+        f"start-up or drafts from untrained layers",
+        "set architectures to [\"LlamaForCausalLMEagle3\"] in (a copy of) the drafter's config.json: SafeAILab's "
+        "EAGLE-3 exports name their weights as sglang's LlamaForCausalLMEagle3 loads them")]
+
+
+@cache
+def _eagle3_since() -> dict[str, str]:
+    """EAGLE-3 drafter class -> first release that registers it (scripts/gen_sglang_drafters.py)."""
+    with open(Path(__file__).parent / "data" / "drafters.json", encoding="utf-8") as handle:
+        since: dict[str, str] = json.load(handle)["eagle3_since"]
     return since
