@@ -71,7 +71,7 @@ def test_demo_json_tells_the_whole_story(cli: Any, tmp_path: Path) -> None:
     # headline numbers: speedup measured against the baseline, shown but not gated
     summary = data["summary"]
     assert summary["v1"]["accept_length"] > 3.0 > summary["v2"]["accept_length"]
-    assert summary["v1"]["speedup"] > summary["v2"]["speedup"] > 0 and summary["baseline"]["decode_tokens_per_s"] > 0
+    assert summary["v1"]["speedup"] > summary["v2"]["speedup"] > 0 and summary["baseline"]["output_tokens_per_s"] > 0
     assert 0.0 < summary["v2"]["acceptance_rate"] < summary["v1"]["acceptance_rate"] < 1.0
 
     # nothing left running; the work directory has what the next commands need

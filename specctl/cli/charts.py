@@ -22,7 +22,7 @@ def terminal_chart(series: dict[str, list[dict[str, Any]]]) -> str:
         return "no measured runs to chart"
     lines = []
     for profile, points in series.items():
-        for key, label in (("accept_length", "accept length"), ("decode_tokens_per_s", "decode tok/s")):
+        for key, label in (("accept_length", "accept length"), ("output_tokens_per_s", "output tok/s")):
             values = [p[key] for p in points]
             known = [v for v in values if v is not None]
             rng = f"{min(known):.3g} .. {max(known):.3g}" if known else "-"
@@ -38,7 +38,7 @@ def html_report(series: dict[str, list[dict[str, Any]]]) -> str:
              "<h1>specctl: accept length and throughput over time</h1>"]
     for profile, points in series.items():
         parts.append(f"<h2>{html.escape(profile)}</h2>")
-        for key, label in (("accept_length", "accept length"), ("decode_tokens_per_s", "decode tokens/s")):
+        for key, label in (("accept_length", "accept length"), ("output_tokens_per_s", "output tokens/s")):
             parts.append(_svg(label, [(p["run"], p["version"], p[key]) for p in points]))
     return "\n".join(parts) + "\n"
 

@@ -114,11 +114,11 @@ def _summary(result: DemoResult) -> RenderableType:
 
     table = Table(title="\nmeasured on the reference engine (CPU, this machine)", title_justify="left", box=None,
                   pad_edge=False, header_style="bold")
-    for column in ("run", "accept len", "acceptance", "tok/s", "speedup", "verify"):
+    for column in ("run", "accept len", "acceptance", "out tok/s", "speedup", "verify"):
         table.add_column(column, justify="left" if column in ("run", "verify") else "right")
     for row in result.summary.values():
         table.add_row(row["label"], _fmt(row["accept_length"], "{:.2f}"), _fmt(row["acceptance_rate"], "{:.2f}"),
-                      _fmt(row["decode_tokens_per_s"], "{:.0f}"), _fmt(row["speedup"], "{:.2f}x"),
+                      _fmt(row["output_tokens_per_s"], "{:.0f}"), _fmt(row["speedup"], "{:.2f}x"),
                       "-" if row["passed"] is None else "pass" if row["passed"] else "FAIL")
     wrong = result.summary.get("v2", {})
     note = (f"v2 failed verify (accept length gate {MIN_ACCEPT_LENGTH}) and the host rolled back to v1"

@@ -74,7 +74,7 @@ def baseline(ctx: typer.Context, profile: ProfileArg, hosts: HostsOpt = None, in
             run_id, measured = baseline_flow(rc, report, host)
             tput = gates.throughput(measured)
             rows.append({"host": host.name, "run": run_id, "requests": len(measured.generations),
-                         "decode_tokens_per_s": tput.to_dict() if tput else None})
+                         "output_tokens_per_s": tput.to_dict() if tput else None})
     output.result({"baselines": rows}, baseline_view(rows))
 
 

@@ -86,11 +86,14 @@ def verdict_view(host: str, verdict: dict[str, object] | None) -> RenderableType
     """One host's verdict: each gate's measured value and interval beside its threshold, then drift and findings."""
     from rich.table import Table
 
+    from specctl.verdict.summary import current
+
     if not verdict:
         return Text(f"{host}: no verdict")
     passed = bool(verdict.get("passed"))
     summary = verdict.get("summary") or {}
     assert isinstance(summary, dict)
+    summary = current(summary)
     table = Table("gate", "measured", "95% interval", "threshold", "result", title_justify="left",
                   title=f"{host}: {verdict.get('profile')} v{verdict.get('version')} release {verdict.get('release')}  "
                         f"{'PASS' if passed else 'FAIL'}  ({summary.get('requests', 0)} requests"
@@ -100,8 +103,11 @@ def verdict_view(host: str, verdict: dict[str, object] | None) -> RenderableType
         result = ("pass" if g["passed"] else "FAIL") + ("" if g["decided"] else " (undecided)")
         table.add_row(g["name"], _num(iv.get("estimate")), f"[{_num(iv.get('low'))}, {_num(iv.get('high'))}] {iv.get('kind', '')}" if iv else g.get("note", "-"),
                       f"{g['op']} {g['threshold']}", result)
-    for label, key in (("accept length", "accept_length"), ("acceptance rate", "acceptance_rate"),
-                       ("decode tok/s", "decode_tokens_per_s"), ("speedup", "speedup"), ("TTFT s", "ttft_s")):
+    per_node = summary.get("acceptance_rate_per") == "draft-tree node"  # eagle_topk > 1: sglang counts tree nodes
+    for label, key in (("accept length", "accept_length"),
+                       ("acceptance rate per tree node" if per_node else "acceptance rate", "acceptance_rate"),
+                       ("output tok/s", "output_tokens_per_s"), ("decode tok/s", "decode_tokens_per_s"),
+                       ("speedup (output tok/s)", "speedup"), ("TTFT s", "ttft_s")):
         iv = summary.get(key)
         if isinstance(iv, dict) and not any(g["name"] == key for g in verdict.get("gates") or []):  # type: ignore[attr-defined]
             table.add_row(f"[dim]{label}[/]", _num(iv.get("estimate")), f"[{_num(iv.get('low'))}, {_num(iv.get('high'))}]", "-", "info")
@@ -137,9 +143,9 @@ def baseline_view(rows: Sequence[Mapping[str, Any]]) -> RenderableType:
     """Each host's baseline run with its decode throughput (the data `baseline --json` prints)."""
     from rich.table import Table
 
-    table = Table("host", "baseline run", "requests", "decode tok/s (95% interval)", title="baseline", title_justify="left")
+    table = Table("host", "baseline run", "requests", "output tok/s (95% interval)", title="baseline", title_justify="left")
     for r in rows:
-        t = r["decode_tokens_per_s"] or {}
+        t = r["output_tokens_per_s"] or {}
         table.add_row(r["host"], r["run"], str(r["requests"]), f"{t.get('estimate', 0):.1f} [{t.get('low', 0):.1f}, {t.get('high', 0):.1f}]")
     return table
 
@@ -221,12 +227,12 @@ def runs_view(rows: Sequence[Mapping[str, Any]], *, title: str, wide: bool, widt
         ("hosts", lambda r: ",".join(r["hosts"]) or "-"), ("status", lambda r: str(r["status"])),
         ("verdict", lambda r: "-" if r.get("passed") is None else ("pass" if r["passed"] else "FAIL")),
         ("accept len", lambda r: _fixed(r.get("accept_length"))), ("acceptance", lambda r: _fixed(r.get("acceptance_rate"))),
-        ("tok/s", lambda r: _fixed(r.get("decode_tokens_per_s"))), ("speedup", lambda r: _fixed(r.get("speedup"), suffix="x")),
+        ("tok/s", lambda r: _fixed(r.get("output_tokens_per_s"))), ("speedup", lambda r: _fixed(r.get("speedup"), suffix="x")),
         ("TTFT s", lambda r: _fixed(r.get("ttft_s"), 3)), ("started (UTC)", when), ("took", took),
     ] if wide else [
         ("run", lambda r: short.get(r["id"], str(r["id"]))), ("when", lambda r: ago(r["started_at"], now)),
         ("kind", lambda r: kind(r, short)), ("profile", profile), ("result", _result),
-        ("accept", lambda r: _fixed(r.get("accept_length"))), ("tok/s", lambda r: _fixed(r.get("decode_tokens_per_s"))),
+        ("accept", lambda r: _fixed(r.get("accept_length"))), ("tok/s", lambda r: _fixed(r.get("output_tokens_per_s"))),
     ]
     cells = [[show(r) for _, show in columns] for r in rows]
     names = [name for name, _ in columns]

@@ -223,7 +223,7 @@ def run_demo(workdir: Path, *, port: int = 31000, requests: int = 24, cancel: Ca
         base_run, measured = baseline(ctx, report1, host)
         base_tput = gates.throughput(measured)
         step("baseline", line, {"baselines": [{"host": host.name, "run": base_run, "requests": len(measured.generations),
-                                                      "decode_tokens_per_s": base_tput.to_dict() if base_tput else None}]})
+                                                      "output_tokens_per_s": base_tput.to_dict() if base_tput else None}]})
         report2 = static.check(v2)
         second = deploy_step("deploy-v2", report2, "--skip-check")
 
@@ -242,7 +242,7 @@ def run_demo(workdir: Path, *, port: int = 31000, requests: int = 24, cancel: Ca
     result.summary = {
         "v1": {"label": "v1: trained layers", **_headline(first, base_value)},
         "baseline": {"label": "baseline: no speculation", "run": base_run, "accept_length": None, "acceptance_rate": None,
-                     "decode_tokens_per_s": base_value, "speedup": 1.0 if base_value else None, "passed": None},
+                     "output_tokens_per_s": base_value, "speedup": 1.0 if base_value else None, "passed": None},
         "v2": {"label": f"v2: wrong layers {WRONG_IDS}", **_headline(second, base_value)},
     }
     result.next_commands = _next(v1, v2, inventory, ledger_file, first=a.id, second=b.id)
@@ -267,9 +267,9 @@ def _headline(outcome: HostReport, baseline_tput: float | None) -> dict[str, Any
         value = summary.get(key)
         return float(value["estimate"]) if isinstance(value, dict) else None
 
-    tput = estimate("decode_tokens_per_s")
+    tput = estimate("output_tokens_per_s")
     return {"run": outcome.release, "accept_length": estimate("accept_length"), "acceptance_rate": estimate("acceptance_rate"),
-            "decode_tokens_per_s": tput, "speedup": tput / baseline_tput if tput and baseline_tput else None,
+            "output_tokens_per_s": tput, "speedup": tput / baseline_tput if tput and baseline_tput else None,
             "passed": outcome.passed, "rolled_back_to": outcome.rolled_back_to}
 
 

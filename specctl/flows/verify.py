@@ -133,7 +133,8 @@ def verify_release(session: HostSession, run_id: str, *, baseline: tuple[str, Me
     verdict.measurement = measured
     verdict.gates = gate.evaluate(spec, measured, base, sequential=verdict.stopped_early, planned_n=v.requests,
                                   no_counters=no_counters)
-    verdict.summary = summarize(measured, base, sequential=verdict.stopped_early, planned_n=v.requests)
+    verdict.summary = summarize(measured, base, sequential=verdict.stopped_early, planned_n=v.requests,
+                                eagle_topk=profile.speculative.eagle_topk)
     verdict.summary["route"] = prompts.route
     return verdict
 

@@ -11,6 +11,7 @@ from typing import Any
 
 from specctl.errors import InputError
 from specctl.ledger.ledger import Ledger, Run
+from specctl.verdict.summary import current
 
 SHORT_ID = re.compile(r"[0-9a-f]{6}")  # the random suffix of a run id (20261130T210811Z-53f951)
 
@@ -38,10 +39,10 @@ def find_run(book: Ledger, ref: str) -> Run:
 
 def metrics(run: Run) -> dict[str, float | None]:
     """The headline numbers of a run: from its first host that measured something."""
-    out: dict[str, float | None] = {"accept_length": None, "acceptance_rate": None, "decode_tokens_per_s": None,
-                                    "speedup": None, "ttft_s": None}
+    out: dict[str, float | None] = {"accept_length": None, "acceptance_rate": None, "output_tokens_per_s": None,
+                                    "decode_tokens_per_s": None, "speedup": None, "ttft_s": None}
     for record in run.host_records:
-        summary = (record.verdict or {}).get("summary") or {}
+        summary = current((record.verdict or {}).get("summary") or {})
         if summary:
             for key in out:
                 value = summary.get(key)
@@ -98,7 +99,7 @@ def trend(found: list[Run]) -> dict[str, list[dict[str, Any]]]:
     series: dict[str, list[dict[str, Any]]] = {}
     for r in found:
         m = metrics(r)
-        if r.profile and r.kind != "baseline" and (m["accept_length"] is not None or m["decode_tokens_per_s"] is not None):
+        if r.profile and r.kind != "baseline" and (m["accept_length"] is not None or m["output_tokens_per_s"] is not None):
             series.setdefault(r.profile, []).append({"run": r.id, "at": r.started_at, "version": r.profile_version,
-                                                     "accept_length": m["accept_length"], "decode_tokens_per_s": m["decode_tokens_per_s"]})
+                                                     "accept_length": m["accept_length"], "output_tokens_per_s": m["output_tokens_per_s"]})
     return series

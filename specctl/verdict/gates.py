@@ -67,9 +67,23 @@ def acceptance_rate(m: Measurement, *, sequential: bool = False, planned_n: int 
 
 
 def throughput(m: Measurement, *, sequential: bool = False, planned_n: int = 0, level: float = stats.LEVEL) -> stats.Interval | None:
-    """Decode tokens per second of one request at a time: Σ completion_tokens / Σ server e2e latency."""
+    """Output throughput: Σ completion tokens / Σ server e2e latency (queueing, tokenisation and
+    prefill included), the client's latency where the server reports none."""
     return _interval([float(g.completion_tokens) for g in m.generations],
                      [g.e2e_latency_s if g.e2e_latency_s is not None else g.client_latency_s for g in m.generations],
+                     sequential=sequential, planned_n=planned_n, level=level)
+
+
+def decode_throughput(m: Measurement, *, sequential: bool = False, planned_n: int = 0,
+                      level: float = stats.LEVEL) -> stats.Interval | None:
+    """Decode throughput: Σ (completion tokens - 1) / Σ (e2e - first-token latency), over the
+    requests that report both latencies (sglang: with --enable-metrics); None without them."""
+    timed = [g for g in m.generations if g.first_token_latency_s is not None and g.e2e_latency_s is not None
+             and g.completion_tokens > 1 and g.e2e_latency_s > g.first_token_latency_s]
+    if not timed:
+        return None
+    return _interval([float(g.completion_tokens - 1) for g in timed],
+                     [(g.e2e_latency_s or 0.0) - (g.first_token_latency_s or 0.0) for g in timed],
                      sequential=sequential, planned_n=planned_n, level=level)
 
 

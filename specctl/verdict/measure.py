@@ -48,7 +48,7 @@ class Measurement:
         return sum(g.spec_num_correct_drafts or 0 for g in self.generations) / proposed if proposed else None
 
     @property
-    def output_tokens_per_s(self) -> float:
+    def wall_tokens_per_s(self) -> float:
         return self.completion_tokens / self.wall_s if self.wall_s else 0.0
 
 

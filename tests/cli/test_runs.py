@@ -15,7 +15,15 @@ from specctl.ledger.ledger import Ledger
 def _summary(accept: float | None, rate: float | None, tput: float) -> dict[str, Any]:
     return {"summary": {"accept_length": {"estimate": accept} if accept else None,
                         "acceptance_rate": {"estimate": rate} if rate else None,
-                        "decode_tokens_per_s": {"estimate": tput}}}
+                        "output_tokens_per_s": {"estimate": tput}, "wall_tokens_per_s": tput * 0.9}}
+
+
+def test_a_summary_recorded_before_the_rename_reads_in_todays_words() -> None:
+    from specctl.verdict.summary import current
+
+    old = {"accept_length": {"estimate": 3.5}, "decode_tokens_per_s": {"estimate": 1150.0}, "output_tokens_per_s": 1001.2}
+    assert current(old) == {"accept_length": {"estimate": 3.5}, "output_tokens_per_s": {"estimate": 1150.0},
+                            "wall_tokens_per_s": 1001.2, "decode_tokens_per_s": None}
 
 
 def seed_story(path: Path) -> list[str]:

@@ -80,7 +80,7 @@ def test_seed_scenario(cli: Any, lab: SshLab, tmp_path: Path, monkeypatch: Any) 
                                                         ("deploy", "failed"), ("rollback", "succeeded")]
     deploy1, baseline, deploy2, rollback = runs
     assert rollback["parent"] == deploy2["id"] and deploy1["id"] == good
-    assert baseline["decode_tokens_per_s"] and deploy1["accept_length"] > 3.0 > deploy2["accept_length"]
+    assert baseline["output_tokens_per_s"] and deploy1["accept_length"] > 3.0 > deploy2["accept_length"]
 
     diff = cli("--json", "diff", deploy1["id"], deploy2["id"], "--ledger", str(ledger)).json()
     changed = {row["field"]: (row["a"], row["b"]) for row in diff["profile"]}
