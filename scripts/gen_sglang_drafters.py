@@ -14,8 +14,6 @@ release of every registered class whose name says EAGLE-3 to
 
 from __future__ import annotations
 
-import argparse
-import json
 import re
 import sys
 import zipfile
@@ -24,6 +22,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "scripts"))
 
+import release_data  # noqa: E402
 from gen_sglang_conventions import DEFAULT_CACHE, list_releases_cached  # noqa: E402
 
 OUT = REPO / "specctl" / "engines" / "sglang" / "data" / "drafters.json"
@@ -57,20 +56,7 @@ def generate(cache: Path) -> dict[str, object]:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--cache", type=Path, default=DEFAULT_CACHE)
-    parser.add_argument("--check", action="store_true")
-    args = parser.parse_args()
-    data = generate(args.cache)
-    if args.check:
-        shipped = json.loads(OUT.read_text())
-        if shipped["eagle3_since"] != data["eagle3_since"]:
-            print(f"shipped {shipped['eagle3_since']}\nderived {data['eagle3_since']}")
-            return 1
-        return 0
-    OUT.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
-    print(f"wrote {OUT}: {data['eagle3_since']}")
-    return 0
+    return release_data.run(__doc__ or "", OUT, "eagle3_since", generate, DEFAULT_CACHE)
 
 
 if __name__ == "__main__":
