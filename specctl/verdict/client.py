@@ -17,6 +17,7 @@ Cancellation raises specctl.cancel.Cancelled, which is deliberately not an Engin
 
 from __future__ import annotations
 
+import dataclasses
 import errno
 import http.client
 import json
@@ -26,7 +27,7 @@ import socket
 import threading
 import time
 import urllib.parse
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -96,6 +97,7 @@ class Generation:
     spec_num_proposed_drafts: int | None = None
     spec_correct_drafts_histogram: tuple[int, ...] | None = None
     first_token_latency_s: float | None = None
+    client_first_token_s: float | None = None  # streaming: when the first chunk with a token arrived
 
     @property
     def speculative(self) -> bool:
@@ -320,6 +322,43 @@ class _Connection(http.client.HTTPConnection):
         self.sock = _open(self.host, self.port, self._call)
 
 
+class _Stream:
+    """Reads sglang's server-sent events line by line as they arrive: keeps the last chunk and the
+    time the first chunk with a completion token came."""
+
+    def __init__(self, start: float) -> None:
+        self.start = start
+        self.last: dict[str, Any] | None = None
+        self.first_token_s: float | None = None
+        self.tail = b""
+        self.size = 0
+
+    def read(self, response: http.client.HTTPResponse) -> None:
+        while True:
+            line = response.readline(MAX_ANSWER_BYTES + 1)
+            if not line:
+                return
+            self.size += len(line)
+            self.tail = line[:SHOWN_BYTES]
+            if self.size > MAX_ANSWER_BYTES:
+                raise MalformedBody(f"the stream is larger than {MAX_ANSWER_BYTES} bytes")
+            if not line.startswith(b"data:"):
+                continue  # blank separators, comments and other SSE fields
+            data = line[5:].strip()
+            if data == b"[DONE]":
+                return
+            try:
+                chunk = json.loads(data)
+            except (ValueError, RecursionError):
+                raise MalformedBody(f"a stream chunk is not JSON: {data[:80]!r}") from None
+            if not isinstance(chunk, dict):
+                raise MalformedBody(f"a stream chunk is not a JSON object: {data[:80]!r}")
+            meta = _mapping(chunk.get("meta_info"), "meta_info", optional=True)
+            if self.first_token_s is None and (_int(meta.get("completion_tokens"), "meta_info.completion_tokens") or 0) > 0:
+                self.first_token_s = time.perf_counter() - self.start
+            self.last = chunk
+
+
 class EngineClient:
     """Talks to one server: `EngineClient("http://127.0.0.1:30000")`.
 
@@ -340,8 +379,10 @@ class EngineClient:
         self.timeout_s = timeout_s
         self.cancel = cancel
 
-    def _exchange(self, method: str, path: str, payload: Any = None, timeout_s: float | None = None) -> tuple[int, bytes]:
+    def _exchange(self, method: str, path: str, payload: Any = None, timeout_s: float | None = None,
+                  read: Callable[[http.client.HTTPResponse], None] | None = None) -> tuple[int, bytes]:
         """Status and body of one request, whatever the status; bounded in total by its deadline.
+        With `read`, a 2xx body is handed to it as it arrives (a stream) and the body returned is empty.
 
         Raises:
             Cancelled: the token was cancelled before or during the request.
@@ -358,6 +399,9 @@ class EngineClient:
             connection.request(method, self._prefix + path, body=data,
                                headers={"Content-Type": "application/json"} if data is not None else {})
             with connection.getresponse() as response:
+                if read is not None and 200 <= response.status < 300:
+                    read(response)
+                    return response.status, b""
                 body = response.read(MAX_ANSWER_BYTES + 1)
                 status, short = response.status, bool(response.length)
         except http.client.RemoteDisconnected:
@@ -421,6 +465,35 @@ class EngineClient:
             return parse_chat(body, latency) if chat else parse_generate(body, latency)
         except MalformedBody as exc:
             raise self._malformed(method, path, str(exc), raw, 200) from None
+
+    def generate_stream(self, *, input_ids: Sequence[int], max_new_tokens: int = 128, temperature: float = 0.0,
+                        timeout_s: float | None = None) -> Generation:
+        """A streamed /generate (sglang's server-sent events: one `data: {json}` per decode step, each
+        with the cumulative output and meta_info, then `data: [DONE]`). The last chunk's meta_info is
+        the answer; the client adds when the first token arrived, so TTFT is measured where users see it."""
+        payload = {"input_ids": list(input_ids), "stream": True,
+                   "sampling_params": {"max_new_tokens": max_new_tokens, "temperature": temperature}}
+        start = time.perf_counter()
+        stream = _Stream(start)
+        try:
+            self._answer_stream("POST", "/generate", payload, timeout_s, stream.read)
+        except MalformedBody as exc:
+            raise self._malformed("POST", "/generate", str(exc), stream.tail, 200) from None
+        if stream.last is None:
+            raise self._malformed("POST", "/generate", "the stream ended without a chunk", stream.tail, 200)
+        try:
+            generation = parse_generate(stream.last, time.perf_counter() - start)
+        except MalformedBody as exc:
+            raise self._malformed("POST", "/generate", str(exc), stream.tail, 200) from None
+        return dataclasses.replace(generation, client_first_token_s=stream.first_token_s)
+
+    def _answer_stream(self, method: str, path: str, payload: Any, timeout_s: float | None,
+                       read: Callable[[http.client.HTTPResponse], None]) -> None:
+        status, body = self._exchange(method, path, payload, timeout_s, read=read)
+        if not 200 <= status < 300:
+            raise EngineHTTPError(f"{method} {path} on {self.host}: HTTP {status} {body[:SHOWN_BYTES]!r}", host=self.host,
+                                  status=status, method=method, path=path,
+                                  fix="the server refused the request: its log (`specctl logs`) says why")
 
     def healthy(self, timeout_s: float = 30.0) -> bool:
         """A real generation answered (`/health_generate` returns 2xx, whatever its body: sglang's is

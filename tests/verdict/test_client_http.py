@@ -302,3 +302,61 @@ def test_only_plain_http_urls() -> None:
     for url in ("https://127.0.0.1:30000", "127.0.0.1:30000", "http://"):
         with pytest.raises(ValueError, match="plain http"):
             EngineClient(url)
+
+
+def sse(chunks: list[object], *, gap_s: float = 0.0, done: bool = True, chunked: bool = True) -> Behaviour:
+    """A streaming answer as sglang writes it: `data: {json}` events, then `data: [DONE]`."""
+
+    def behave(handler: BaseHTTPRequestHandler, stop: threading.Event) -> None:
+        request = json.loads(read_request(handler))
+        assert request["stream"] is True and request["input_ids"]
+        handler.protocol_version = "HTTP/1.1"
+        handler.send_response(200)
+        handler.send_header("Content-Type", "text/event-stream")
+        handler.send_header("Transfer-Encoding", "chunked")
+        handler.end_headers()
+        events = [b"data: " + (c if isinstance(c, bytes) else json.dumps(c).encode()) + b"\n\n" for c in chunks]
+        for event in [*events, *([b"data: [DONE]\n\n"] if done else [])]:
+            if stop.wait(gap_s):
+                return
+            handler.wfile.write(b"%x\r\n%s\r\n" % (len(event), event))
+            handler.wfile.flush()
+        handler.wfile.write(b"0\r\n\r\n")
+
+    return behave
+
+
+def _chunk(tokens: int, final: bool = False) -> dict[str, Any]:
+    meta: dict[str, Any] = {"id": "r", "prompt_tokens": 5, "completion_tokens": tokens, "finish_reason": None}
+    if final:
+        meta.update(finish_reason={"type": "length", "length": tokens}, e2e_latency=0.5, spec_verify_ct=3,
+                    spec_num_correct_drafts=6, spec_num_proposed_drafts=9)
+    return {"text": "x" * tokens, "output_ids": list(range(tokens)), "meta_info": meta}
+
+
+def test_a_stream_answers_with_its_last_chunk_and_when_the_first_token_came(serve: Callable[[Behaviour], str]) -> None:
+    url = serve(sse([_chunk(1), _chunk(4), _chunk(7), _chunk(8, final=True)], gap_s=0.1))
+    g = EngineClient(url).generate_stream(input_ids=[1, 2, 3], max_new_tokens=8)
+    assert g.completion_tokens == 8 and g.spec_verify_ct == 3 and g.e2e_latency_s == 0.5 and g.finish_reason == "length"
+    assert g.client_first_token_s is not None and 0.05 < g.client_first_token_s < g.client_latency_s
+    assert g.client_latency_s - g.client_first_token_s > 0.2  # three more chunks, 0.1 s apart, came after it
+
+
+@pytest.mark.parametrize(("chunks", "done", "problem"), [
+    ([], True, "ended without a chunk"),
+    ([b"{not json"], True, "not JSON"),
+    ([b"[1, 2]"], True, "not a JSON object"),
+    ([{"meta_info": {"completion_tokens": "8"}}], True, "completion_tokens"),
+])
+def test_a_broken_stream_is_an_answer_error(serve: Callable[[Behaviour], str], chunks: list[object], done: bool, problem: str) -> None:
+    url = serve(sse(chunks, done=done))
+    with pytest.raises(EngineAnswerError, match=problem):
+        EngineClient(url).generate_stream(input_ids=[1], max_new_tokens=8)
+
+
+def test_a_stream_that_stalls_meets_the_deadline(serve: Callable[[Behaviour], str]) -> None:
+    url = serve(sse([_chunk(1), _chunk(2, final=True)], gap_s=30))
+    start = time.monotonic()
+    with pytest.raises(EngineTimeout):
+        EngineClient(url, timeout_s=1.0).generate_stream(input_ids=[1], max_new_tokens=8)
+    assert time.monotonic() - start < 5
