@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import itertools
 import json
 import os
 import re
@@ -32,6 +33,9 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import sglang_forward_exec as fx  # noqa: E402
 
 from specctl.engines.sglang.capture import (  # noqa: E402
     EXPLICIT_RULES,
@@ -137,6 +141,7 @@ class Release:
     version: str
     texts: dict[str, str]
     has_boundary_capture_before_read: bool = False
+    wheel: Path | None = None
     _trees: dict[str, ast.Module] = field(default_factory=dict)
     _infos: dict[str, list[ClassInfo]] = field(default_factory=dict)
     memo: dict[Any, Any] = field(default_factory=dict)
@@ -206,7 +211,7 @@ def read_release(wheel: Path, version: str) -> Release:
                 texts[name] = archive.read(name).decode("utf-8-sig")
             if name.endswith("layer_boundary/stage.py"):
                 boundary = "capture_before_read" in archive.read(name).decode("utf-8-sig")
-    return Release(version, texts, has_boundary_capture_before_read=boundary)
+    return Release(version, texts, has_boundary_capture_before_read=boundary, wheel=wheel)
 
 
 def find_class(release: Release, name: str, near: ClassInfo | None = None) -> ClassInfo | None:
@@ -327,12 +332,7 @@ class Stub:
 
 def compile_method(node: ast.FunctionDef, file: str) -> Callable[..., Any]:
     """Our executable copy of one extracted method, annotations and decorators stripped."""
-    clean = ast.parse(ast.unparse(node)).body[0]
-    assert isinstance(clean, ast.FunctionDef)
-    clean.decorator_list = []
-    clean.returns = None
-    for arg in clean.args.args + clean.args.kwonlyargs + clean.args.posonlyargs:
-        arg.annotation = None
+    clean = fx.strip_signature(node)
     module = ast.fix_missing_locations(ast.Module(body=[clean], type_ignores=[]))
     namespace: dict[str, Any] = {
         "__builtins__": __builtins__,
@@ -381,6 +381,9 @@ class Observation:
     marked: list[int] | None  # layer indices flagged `_is_layer_to_capture`, in index order
     error: str | None
     owner: ClassInfo | None
+    owner_stub: Stub | None = None
+    parent: ClassInfo | None = None  # the model holding the owner (its forward unpacks the owner's result)
+    executed: fx.Executed | None = None  # the release's forward run on the configured stub
 
 
 def _nodes(stub: Stub) -> Iterable[Stub]:
@@ -409,7 +412,77 @@ def observe(release: Release, info: ClassInfo, ids: list[int] | None, num_layers
         raise DerivationError(f"{release.version} {info.name}: layers_to_capture written on {len(owners)} objects")
     owner = owners[0]
     marked = [i for i, layer in enumerate(owner.layers) if "_is_layer_to_capture" in layer._writes]
-    return Observation(list(owner.layers_to_capture), marked, error, owner._info)
+    parent = next((n._info for n in _nodes(stub) if any(v is owner for v in vars(n).values())), None)
+    return Observation(list(owner.layers_to_capture), marked, error, owner._info, owner, parent)
+
+
+# --- executing the forward on stand-ins (scripts/sglang_forward_exec.py) ------------------------------
+
+
+class ForwardDriver:
+    """The release's inner-model forward (and the outer model's), compiled once, run per observation."""
+
+    def __init__(self, release: Release, owner: ClassInfo, outer: ClassInfo) -> None:
+        self.release = release
+        self.owner = owner
+        found = find_method(release, owner, "forward")
+        if found is None:
+            raise fx.NotDrivable(f"{owner.name} has no forward")
+        klass, node = found
+        self.returns = fx.layer_returns(node)
+        self.forward = fx.compile_function(node, f"{klass.file}:{klass.name}.forward", self.namespace(klass.file))
+        self._methods: dict[str, Callable[..., Any] | None] = {}
+        outer_found = find_method(release, outer, "forward")
+        self.outer = None if outer_found is None else fx.compile_function(
+            outer_found[1], f"{outer_found[0].file}:{outer_found[0].name}.forward", self.namespace(outer_found[0].file))
+
+    def namespace(self, file: str) -> fx.ReleaseGlobals:
+        key = ("namespace", file)
+        if key not in self.release.memo:
+            assert self.release.wheel is not None
+            lazy: dict[str, Callable[[], Any]] = {}
+            ns = fx.forward_namespace(lazy, fx.aux_module(self.release.wheel, self.release.memo), file)
+            for name, fn in fx.module_function_nodes(self.release.tree(file)).items():
+                lazy[name] = (lambda fn=fn, name=name: fx.compile_function(fn, f"{file}:{name}", ns))
+            self.release.memo[key] = ns
+        namespace: fx.ReleaseGlobals = self.release.memo[key]
+        return namespace
+
+    def method(self, name: str) -> Callable[..., Any] | None:
+        """The owner's own method `name` (along its bases), compiled from the release."""
+        if name not in self._methods:
+            found = None if name.startswith("__") else find_method(self.release, self.owner, name)
+            self._methods[name] = None if found is None else fx.compile_function(
+                found[1], f"{found[0].file}:{found[0].name}.{name}", self.namespace(found[0].file))
+        return self._methods[name]
+
+    def run(self, obs: Observation, num_layers: int) -> fx.Executed:
+        assert obs.owner_stub is not None
+        trace = fx.Trace()
+        layers = fx.make_layers(num_layers, self.returns, trace)
+        for i in obs.marked or []:
+            layers[i].__dict__["_is_layer_to_capture"] = True
+        config = fx.Permissive("config")
+        object.__setattr__(config, "num_hidden_layers", num_layers)
+        attrs = {k: v for k, v in vars(obs.owner_stub).items()
+                 if not k.startswith("_") and not isinstance(v, Stub) and k != "layers"}
+        attrs.update(layers=layers, config=config, layers_to_capture=list(obs.owner_stub.layers_to_capture))
+        ns = self.namespace(self.owner.file)
+        inner = fx.run_forward(self.forward, attrs, num_layers, self.returns, self.method, ns, trace)
+        if inner.error is None and not inner.aux:
+            return self.run_outer(inner)
+        return inner
+
+    def run_outer(self, inner: fx.Executed) -> fx.Executed:
+        """The inner forward returned no aux hidden states: what the outer forward does with that."""
+        if self.outer is None:
+            raise fx.NotDrivable("no outer forward")
+        bare = fx.stream(0)
+        attrs: dict[str, Any] = {"model": lambda *a, **k: bare, "language_model": lambda *a, **k: bare,
+                                 "capture_aux_hidden_states": True}
+        out = fx.run_forward(self.outer, dict(attrs, layers=[]), 0, None, lambda name: None,
+                             self.namespace(self.owner.file), fx.Trace(), check_aux=False)
+        return fx.Executed((), False, out.error, inner.in_layer)
 
 
 # --- how the forward loop captures -----------------------------------------------------------------
@@ -605,28 +678,144 @@ def derive(release: Release, architecture: str) -> Behaviour:
     if owner is None:
         raise DerivationError(f"{release.version} {architecture}: no capture owner found")
     default = tuple(fit_formula(d) for d in defaults)
-    mech = mechanism(release, owner)
-    if mech.mode == "marked":
-        beyond, negative = "error", "wrap"
-    else:
-        beyond, negative = "dropped", "dropped"
+    mech = mechanism(release, owner)  # the reading: fallback, and what a stand-in layer cannot show
+    note = "" if takes_ids else "setter takes no ids: the drafter's ids are ignored"
+    base = Behaviour(architecture, "", "", source, True, default, None, note=note, capture_site=mech.site)
+    parent = next((o.parent for o in observations.values() if o.parent is not None), info)
+    try:
+        driver = ForwardDriver(release, owner, parent)
+        for (n, _), obs in observations.items():
+            if obs.owner_stub is not None and obs.error is None:
+                obs.executed = driver.run(obs, n)
+        for (n, ids), obs in observations.items():
+            if ids is None and (obs.executed is None or obs.executed.error or not obs.executed.aux):
+                raise fx.NotDrivable("the forward fails on stand-ins for the default positions: "
+                                     f"{obs.executed.error if obs.executed else obs.error}")
+    except fx.NotDrivable as exc:
+        return _derive_read(release, base, observations, mech, f"read: {exc}")
+    return _derive_executed(release, base, observations, mech)
 
-    candidates: list[str] = []
-    for name in EXPLICIT_RULES:
-        rule = CaptureRule(architecture, release.version, release.version, source, True, default, name,
-                           mech.max_position, beyond, negative, mech.embedding,
-                           unmatched="error" if mech.collector == "packer" else None)
-        if all(_agrees(rule, key, obs, mech) for key, obs in observations.items()):
-            candidates.append(name)
+
+def execute_ids(release: Release, architecture: str, ids: list[int] | None, num_layers: int) -> Observation:
+    """Run the release's setter and then its forward on stand-ins for one id list (raises fx.NotDrivable)."""
+    info = find_class(release, architecture)
+    found = None if info is None else find_method(release, info, SETTER)
+    if info is None or found is None:
+        raise DerivationError(f"{release.version} {architecture}: no {SETTER}")
+    obs = observe(release, info, ids, num_layers, bool(found[1].args.args[1:]))
+    if obs.owner_stub is not None and obs.owner is not None and obs.error is None:
+        key = ("driver", obs.owner.file, obs.owner.name)
+        if key not in release.memo:
+            release.memo[key] = ForwardDriver(release, obs.owner, obs.parent or info)
+        obs.executed = release.memo[key].run(obs, num_layers)
+    return obs
+
+
+FIELDS = ("max_position", "beyond", "negative", "embedding", "unmatched", "nothing_captured")
+CHOICES: dict[str, tuple[str | None, ...]] = {
+    "max_position": ("N-1", "N"), "beyond": ("dropped", "error"), "negative": ("dropped", "wrap"),
+    "embedding": ("error", "captured"), "unmatched": (None, "error"), "nothing_captured": (None, "error"),
+}
+
+
+def _read_values(mech: Mechanism) -> dict[str, str | None]:
+    """What reading the code says for each field (the method before forwards were executed)."""
+    marked = mech.mode == "marked"
+    return {"max_position": mech.max_position, "beyond": "error" if marked else "dropped",
+            "negative": "wrap" if marked else "dropped", "embedding": mech.embedding,
+            "unmatched": "error" if mech.collector == "packer" else None, "nothing_captured": "error"}
+
+
+def _derive_read(release: Release, base: Behaviour, observations: dict[tuple[int, tuple[int, ...] | None], Observation],
+                 mech: Mechanism, method: str) -> Behaviour:
+    """The forward could not be driven: fields from reading the code, the rule from the setter runs."""
+    read = _read_values(mech)
+    candidates = [name for name in EXPLICIT_RULES
+                  if all(_agrees(replace(base, explicit=name, **read), key, obs, mech)  # type: ignore[arg-type]
+                         for key, obs in observations.items())]
+    _one(release, base, candidates, observations)
+    return replace(base, explicit=candidates[0], method=method, **read)  # type: ignore[arg-type]
+
+
+def _derive_executed(release: Release, base: Behaviour,
+                     observations: dict[tuple[int, tuple[int, ...] | None], Observation], mech: Mechanism) -> Behaviour:
+    """Every combination of named rule and field values that reproduces every executed outcome; fields
+    the executions leave open (or that a stand-in delivered, such as position 0 inside a layer) are read."""
+    read = _read_values(mech)
+    in_layer = any(o.executed is not None and o.executed.in_layer for o in observations.values())
+    choices = dict(CHOICES)
+    if in_layer:
+        choices["embedding"] = (read["embedding"],)
+    explicit = [name for name in EXPLICIT_RULES if all(
+        _requested_agrees(replace(base, explicit=name, max_position="N"), key, obs) for key, obs in observations.items())]
+    survivors: list[Behaviour] = []
+    for name in explicit:
+        for values in itertools.product(*(choices[f] for f in FIELDS)):
+            rule = replace(base, explicit=name, **dict(zip(FIELDS, values)))  # type: ignore[arg-type]
+            if all(_agrees_executed(rule, key, obs) for key, obs in observations.items()):
+                survivors.append(rule)
+    _one(release, base, sorted({r.explicit or "" for r in survivors}), observations)
+    decided: dict[str, str | None] = {}
+    open_fields: list[str] = []
+    for f in FIELDS:
+        seen = {getattr(r, f) for r in survivors}
+        if len(seen) == 1 and not (f == "embedding" and in_layer):
+            decided[f] = seen.pop()
+            continue
+        if read[f] not in seen:
+            raise DerivationError(f"{release.version} {base.architecture}: reading says {f}={read[f]}, the executions "
+                                  f"allow only {sorted(map(str, seen))}")
+        decided[f] = read[f]
+        open_fields.append(f)
+    method = "executed" + (f"; read: {', '.join(open_fields)}" if open_fields else "")
+    return replace(base, explicit=survivors[0].explicit, method=method, **decided)  # type: ignore[arg-type]
+
+
+def _one(release: Release, base: Behaviour, candidates: Sequence[str],
+         observations: dict[tuple[int, tuple[int, ...] | None], Observation]) -> None:
     if len(candidates) != 1:
-        sample = {f"N={k[0]} ids={list(k[1]) if k[1] is not None else None}": (o.requested, o.error)
+        sample = {f"N={k[0]} ids={list(k[1]) if k[1] is not None else None}": (o.requested, o.error, o.executed)
                   for k, o in list(observations.items())[:20]}
         raise DerivationError(
-            f"{release.version} {architecture} ({source}): {len(candidates)} named rules reproduce the real "
-            f"outputs ({candidates}); add a rule to specctl/engines/sglang/capture.py. Sample: {sample}")
-    note = "" if takes_ids else "setter takes no ids: the drafter's ids are ignored"
-    return Behaviour(architecture, "", "", source, True, default, candidates[0], mech.max_position, beyond, negative,
-                     mech.embedding, mech.site, note, "error" if mech.collector == "packer" else None)
+            f"{release.version} {base.architecture} ({base.source}): {len(candidates)} named rules reproduce the real "
+            f"outputs ({list(candidates)}); add a rule to specctl/engines/sglang/capture.py. Sample: {sample}")
+
+
+def _requested_agrees(rule: CaptureRule, key: tuple[int, tuple[int, ...] | None], obs: Observation) -> bool:
+    """The named rule gives the setter's output (or the setter's IndexError)."""
+    n, ids = key
+    predicted = capture(rule, ids, n)
+    if obs.requested is None:
+        return True  # the setter raised before writing: decided with the fields
+    return list(predicted.requested) == obs.requested
+
+
+def _error_kind(error: str) -> str:
+    if error.startswith("IndexError"):
+        return "index"
+    if error.startswith("TypeError"):
+        return "embedding"
+    if error.startswith("no requested position") or error.startswith("ValueError"):
+        return "nothing"
+    if error.startswith("the forward preallocates") or "aux hidden states" in error:
+        return "unmatched"
+    return error
+
+
+def _agrees_executed(rule: CaptureRule, key: tuple[int, tuple[int, ...] | None], obs: Observation) -> bool:
+    """The rule predicts what the setter and then the release's forward really did for these ids."""
+    n, ids = key
+    predicted = capture(rule, ids, n)
+    if obs.requested is None or obs.error is not None:  # the setter raised
+        return predicted.error is not None and predicted.error.startswith("IndexError")
+    if list(predicted.requested) != obs.requested:
+        return False
+    real = obs.executed
+    assert real is not None
+    if predicted.error is not None or real.error is not None:
+        return (predicted.error is not None and real.error is not None
+                and _error_kind(predicted.error) == _error_kind(real.error))
+    return real.aux == bool(predicted.captured) and list(real.captured) == list(predicted.captured)
 
 
 def _agrees(rule: CaptureRule, key: tuple[int, tuple[int, ...] | None], obs: Observation, mech: Mechanism) -> bool:
@@ -640,11 +829,15 @@ def _agrees(rule: CaptureRule, key: tuple[int, tuple[int, ...] | None], obs: Obs
         # the real outcome comes from running the code: flagged layers, or the setter's IndexError
         if obs.error is not None:
             return predicted.error is not None and predicted.error.startswith("IndexError")
+        if not obs.marked and rule.nothing_captured == "error":
+            return predicted.error is not None and predicted.error.startswith("no requested position")
         return predicted.error is None and list(predicted.captured) == sorted(set(obs.marked or []))
     if obs.error is not None:
         return False
     top = n if mech.max_position == "N" else n - 1
     loop = sorted({p for p in obs.requested if 0 <= p <= top})
+    if not loop and rule.nothing_captured == "error":
+        return predicted.error is not None and predicted.error.startswith("no requested position")
     if mech.collector == "packer" and len(loop) != len(obs.requested):  # a slot left empty: finalize() raises
         return predicted.error is not None and "capture slots" in predicted.error
     if predicted.error is not None:

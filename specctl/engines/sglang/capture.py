@@ -157,6 +157,10 @@ class CaptureRule:
     slot per requested position (sglang's AuxHiddenStatePacker, DeepSeek from 0.5.17) and fails
     unless each is filled: then a position that matches no layer, or one requested twice, stops the
     server at its first forward (CUDA-graph capture at start-up) instead of being dropped.
+    `nothing_captured` is `error` where, when no requested position is captured, the inner forward
+    returns no aux hidden states and the outer forward's `hidden_states, aux = ...` fails at start-up.
+    `method` says how the row was derived: `executed` (the release's forward was run on stand-ins),
+    with `; read: <fields>` for fields the executions could not decide, or `read: <why>`.
     """
 
     architecture: str
@@ -173,6 +177,8 @@ class CaptureRule:
     capture_site: str = ""
     note: str = ""
     unmatched: str | None = None
+    nothing_captured: str | None = None
+    method: str = ""
 
     @classmethod
     def from_json(cls, row: dict[str, Any]) -> CaptureRule:
@@ -191,6 +197,8 @@ class CaptureRule:
             capture_site=str(row.get("capture_site", "")),
             note=str(row.get("note", "")),
             unmatched=row.get("unmatched"),
+            nothing_captured=row.get("nothing_captured"),
+            method=str(row.get("method", "")),
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -209,6 +217,8 @@ class CaptureRule:
             "capture_site": self.capture_site,
             "note": self.note,
             **({"unmatched": self.unmatched} if self.unmatched else {}),
+            **({"nothing_captured": self.nothing_captured} if self.nothing_captured else {}),
+            **({"method": self.method} if self.method else {}),
         }
 
 
@@ -339,6 +349,9 @@ def bound(rule: CaptureRule, given: tuple[int, ...] | None, requested: Sequence[
             captured.add(p)
     if error is None and 0 in captured and rule.embedding == "error":
         error = "TypeError at the first forward: position 0 adds a residual that is None before layer 0"
+    if error is None and not captured and rule.nothing_captured == "error":
+        error = ("no requested position is captured: the model's forward returns no aux hidden states and "
+                 "the outer forward fails unpacking them at its first forward (CUDA-graph capture at start-up)")
     if error is None and dropped and rule.unmatched == "error":
         filled = len(requested) - len(dropped)
         error = (f"the forward preallocates {len(requested)} capture slots and fails when it fills {filled} "
