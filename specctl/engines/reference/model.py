@@ -6,6 +6,9 @@ same kind of thing specctl deploys on a GPU host. Weights are stored in bfloat16
 repository small, but the engine computes in float64: greedy decoding is then exact enough that
 speculative and plain decoding agree token for token although they batch the work differently.
 
+Both take a batch of sequences at different lengths: a `KVCache` row per sequence with its own
+length, per-row positions and a mask, so right-padded rows share one forward.
+
 Capture frame: position p is the residual stream entering decoder layer p, so
 position 0 is the embedding output and position L + 1 is the output of layer L. `Target.forward`
 returns positions 0..N-1, the ones sglang's Llama loop can capture.
@@ -14,7 +17,7 @@ returns positions 0..N-1, the ones sglang's Llama loop can capture.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple, cast
@@ -33,6 +36,7 @@ __all__ = [
     "Eagle3Drafter",
     "KVCache",
     "LlamaConfig",
+    "Rows",
     "Target",
     "TargetOutput",
     "load_drafter",
@@ -254,9 +258,14 @@ class Rotary(nn.Module):
         self.register_buffer("sin", angles.sin(), persistent=False)
 
     def tables(self, positions: Tensor) -> tuple[Tensor, Tensor]:
-        if positions[-1] >= self.cos.shape[0]:  # positions ascend; no device sync for max()
+        """cos and sin at `positions` ([tokens] -> [tokens, head_dim]; [batch, tokens] -> [batch, 1, tokens,
+        head_dim], broadcasting over the heads of [batch, heads, tokens, head_dim])."""
+        if int(positions.max()) >= self.cos.shape[0]:
             raise RuntimeError(f"position {int(positions.max())} is beyond max_position_embeddings {self.cos.shape[0]}")
-        return self.cos[positions], self.sin[positions]
+        cos, sin = self.cos[positions], self.sin[positions]
+        if positions.dim() == 2:
+            return cos.unsqueeze(1), sin.unsqueeze(1)
+        return cos, sin
 
 
 def _rotate(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
@@ -305,50 +314,81 @@ class MLP(nn.Module):
 
 
 class KVCache:
-    """Preallocated keys and values of every layer; `truncate` rolls back rejected draft tokens."""
+    """Keys and values of up to `slots` sequences, each with its own committed length.
 
-    def __init__(self, layers: int, kv_heads: int, head_dim: int, max_tokens: int, dtype: torch.dtype, batch: int = 1,
+    A forward writes its new tokens after each row's committed length and commits them all; the
+    caller then `truncate`s each row to what it keeps (rejected drafts, right padding), so one
+    batched forward serves sequences of different lengths.
+    """
+
+    def __init__(self, layers: int, kv_heads: int, head_dim: int, max_tokens: int, dtype: torch.dtype, slots: int = 1,
                  device: torch.device | None = None) -> None:
-        self.keys = torch.zeros(layers, batch, kv_heads, max_tokens, head_dim, dtype=dtype, device=device)
+        self.keys = torch.zeros(layers, slots, kv_heads, max_tokens, head_dim, dtype=dtype, device=device)
         self.values = torch.zeros_like(self.keys)
-        self.length = 0
+        self.lengths = [0] * slots
 
     @property
     def capacity(self) -> int:
         return self.keys.shape[3]
 
-    def update(self, layer: int, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
-        """Store the new tokens' keys/values after the committed ones; all of them, for attention."""
-        end = self.length + k.shape[2]
-        if end > self.capacity:
-            raise RuntimeError(f"KV cache full: {end} tokens > capacity {self.capacity}")
-        self.keys[layer, :, :, self.length:end] = k
-        self.values[layer, :, :, self.length:end] = v
-        return self.keys[layer, :, :, :end], self.values[layer, :, :, :end]
+    @property
+    def slots(self) -> int:
+        return self.keys.shape[1]
 
-    def commit(self, tokens: int) -> None:
-        self.length += tokens
+    def rows(self, slots: Sequence[int], new: int) -> Rows:
+        """Where `new` tokens of each of `slots` go: positions, the attention mask and the key span."""
+        starts = [self.lengths[s] for s in slots]
+        span = max(starts) + new
+        if span > self.capacity:
+            raise RuntimeError(f"KV cache full: {span} tokens > capacity {self.capacity}")
+        device = self.keys.device
+        positions = torch.tensor(starts, device=device).unsqueeze(1) + torch.arange(new, device=device)
+        # key j is visible to the query at position p of the same row iff j <= p (its own past and itself)
+        mask = (torch.arange(span, device=device) <= positions.unsqueeze(-1)).unsqueeze(1)
+        index = torch.tensor(list(slots), device=device)
+        first = slots[0]
+        contiguous = list(slots) == list(range(first, first + len(slots)))
+        return Rows(index, positions, mask, span, slice(first, first + len(slots)) if contiguous else None)
 
-    def truncate(self, length: int) -> None:
-        if not 0 <= length <= self.length:
-            raise ValueError(f"cannot truncate a cache of {self.length} tokens to {length}")
-        self.length = length
+    def update(self, layer: int, rows: Rows, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        """Store the new tokens' keys/values after each row's committed ones; all of them, for attention."""
+        grid = rows.slots.unsqueeze(1).expand_as(rows.positions)
+        # [batch, tokens] index pairs: the kv-head dim (a slice between them) moves behind them
+        self.keys[layer][grid, :, rows.positions] = k.transpose(1, 2)
+        self.values[layer][grid, :, rows.positions] = v.transpose(1, 2)
+        if rows.contiguous is not None:  # a view, no copy
+            return self.keys[layer, rows.contiguous, :, : rows.span], self.values[layer, rows.contiguous, :, : rows.span]
+        return self.keys[layer][rows.slots, :, : rows.span], self.values[layer][rows.slots, :, : rows.span]
+
+    def commit(self, slots: Sequence[int], tokens: int) -> None:
+        for s in slots:
+            self.lengths[s] += tokens
+
+    def truncate(self, slot: int, length: int) -> None:
+        if not 0 <= length <= self.lengths[slot]:
+            raise ValueError(f"cannot truncate a cache row of {self.lengths[slot]} tokens to {length}")
+        self.lengths[slot] = length
 
 
-def _mask(cache: KVCache | None, new: int, device: torch.device) -> tuple[Tensor | None, bool]:
-    """Attention mask for `new` tokens after the cache's committed ones: (bool mask, is_causal)."""
+class Rows(NamedTuple):
+    """One forward's place in a KVCache: cache rows, per-token positions [batch, tokens], the boolean
+    mask [batch, 1, tokens, span] (True = may attend) and the key span to attend over."""
+
+    slots: Tensor
+    positions: Tensor
+    mask: Tensor
+    span: int
+    contiguous: slice | None
+
+
+def _placement(cache: KVCache | None, slots: Sequence[int] | None, batch: int, new: int,
+               device: torch.device) -> tuple[Rows | None, Tensor, Tensor | None, bool]:
+    """(cache rows, positions, mask, is_causal) for `new` tokens of `batch` rows; without a cache, a
+    plain causal pass from position 0 (training)."""
     if cache is None:
-        return None, new > 1
-    if new == 1:
-        return None, False
-    past = cache.length
-    rows = torch.arange(new, device=device).unsqueeze(1) + past
-    return torch.arange(past + new, device=device).unsqueeze(0) <= rows, False
-
-
-def _positions(cache: KVCache | None, new: int, device: torch.device) -> Tensor:
-    start = 0 if cache is None else cache.length
-    return torch.arange(start, start + new, device=device)
+        return None, torch.arange(new, device=device).unsqueeze(0), None, new > 1
+    rows = cache.rows(list(range(batch)) if slots is None else slots, new)
+    return rows, rows.positions, rows.mask, False
 
 
 # --- target ------------------------------------------------------------------------------------------
@@ -391,31 +431,32 @@ class Target(nn.Module):
         self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
         self.rotary = Rotary(config.head_dim, config.rope_theta, config.max_position_embeddings)
 
-    def new_cache(self, max_tokens: int, batch: int = 1) -> KVCache:
+    def new_cache(self, max_tokens: int, slots: int = 1) -> KVCache:
         c = self.config
         weight = self.lm_head.weight
-        return KVCache(c.num_hidden_layers, c.num_key_value_heads, c.head_dim, max_tokens, weight.dtype, batch, weight.device)
+        return KVCache(c.num_hidden_layers, c.num_key_value_heads, c.head_dim, max_tokens, weight.dtype, slots, weight.device)
 
     def embed(self, input_ids: Tensor) -> Tensor:
         embeds: Tensor = self.model.embed_tokens(input_ids)
         return embeds
 
-    def forward(self, input_ids: Tensor, cache: KVCache | None = None) -> TargetOutput:
-        """Run `input_ids` [batch, tokens] after the cache's committed tokens (if any) and commit them."""
-        new = input_ids.shape[1]
-        cos, sin = self.rotary.tables(_positions(cache, new, self.rotary.cos.device))
-        mask, causal = _mask(cache, new, input_ids.device)
+    def forward(self, input_ids: Tensor, cache: KVCache | None = None, slots: Sequence[int] | None = None) -> TargetOutput:
+        """Run `input_ids` [batch, tokens] after the committed tokens of cache rows `slots` (default
+        0..batch-1), each row at its own positions, and commit them all (the caller truncates)."""
+        batch, new = input_ids.shape
+        rows, positions, mask, causal = _placement(cache, slots, batch, new, input_ids.device)
+        cos, sin = self.rotary.tables(positions)
         h = self.embed(input_ids)
         captures = []
         for index, layer in enumerate(cast("list[DecoderLayer]", self.model.layers)):
             captures.append(h)  # position `index`: the residual stream entering layer `index`
             q, k, v = layer.self_attn.project(layer.input_layernorm(h), cos, sin)
-            if cache is not None:
-                k, v = cache.update(index, k, v)
+            if cache is not None and rows is not None:
+                k, v = cache.update(index, rows, k, v)
             h = h + layer.self_attn.attend(q, k, v, mask, causal)
             h = h + layer.mlp(layer.post_attention_layernorm(h))
         if cache is not None:
-            cache.commit(new)
+            cache.commit(list(range(batch)) if slots is None else slots, new)
         return TargetOutput(self.lm_head(self.model.norm(h)), tuple(captures))
 
 
@@ -472,10 +513,10 @@ class Eagle3Drafter(nn.Module):
         self.register_buffer("t2d", torch.zeros(config.vocab_size, dtype=torch.bool))
         self.rotary = Rotary(config.head_dim, config.rope_theta, config.max_position_embeddings)
 
-    def new_cache(self, max_tokens: int, batch: int = 1) -> KVCache:
+    def new_cache(self, max_tokens: int, slots: int = 1) -> KVCache:
         c = self.config
         weight = self.lm_head.weight
-        return KVCache(1, c.num_key_value_heads, c.head_dim, max_tokens, weight.dtype, batch, weight.device)
+        return KVCache(1, c.num_key_value_heads, c.head_dim, max_tokens, weight.dtype, slots, weight.device)
 
     def project(self, hidden: Tensor, embed_width: int) -> Tensor:
         """Target features through `fc`; the drafter's own hidden (embedding-wide) passes unchanged.
@@ -499,17 +540,19 @@ class Eagle3Drafter(nn.Module):
         projected: Tensor = self.fc(hidden)
         return projected
 
-    def forward(self, embeds: Tensor, hidden: Tensor, cache: KVCache | None = None) -> DraftOutput:
-        """One drafter pass over [batch, tokens] rows after the cache's committed rows; commits them."""
-        new = embeds.shape[1]
+    def forward(self, embeds: Tensor, hidden: Tensor, cache: KVCache | None = None,
+                slots: Sequence[int] | None = None) -> DraftOutput:
+        """One drafter pass over [batch, tokens] rows after the committed rows of cache rows `slots`
+        (default 0..batch-1); commits them all (the caller truncates)."""
+        batch, new = embeds.shape[:2]
         hidden = self.project(hidden, embeds.shape[-1])
-        cos, sin = self.rotary.tables(_positions(cache, new, self.rotary.cos.device))
-        mask, causal = _mask(cache, new, embeds.device)
+        rows, positions, mask, causal = _placement(cache, slots, batch, new, embeds.device)
+        cos, sin = self.rotary.tables(positions)
         layer = self.midlayer
         q, k, v = layer.self_attn.project(layer.attention_input(embeds, hidden), cos, sin)
-        if cache is not None:
-            k, v = cache.update(0, k, v)
-            cache.commit(new)
+        if cache is not None and rows is not None:
+            k, v = cache.update(0, rows, k, v)
+            cache.commit(list(range(batch)) if slots is None else slots, new)
         out = layer.finish(hidden, layer.self_attn.attend(q, k, v, mask, causal))
         return DraftOutput(self.lm_head(self.norm(out)), out)
 

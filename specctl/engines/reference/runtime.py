@@ -1,5 +1,6 @@
 """The loaded engine behind the HTTP server: checkpoints, capture positions under the emulated
-sglang version, tokenizer, and sglang-style start-up log lines (specctl's progress display reads them)."""
+sglang version, the KV cache rows for `--max-running-requests`, tokenizer, and sglang-style start-up
+log lines (specctl's progress display reads them)."""
 
 from __future__ import annotations
 
@@ -28,9 +29,6 @@ class Runtime:
         self.version = version
         self.drafter_ids = drafter_ids
         self.config = json.loads((Path(target_dir) / "config.json").read_text())
-
-    def generate(self, prompt_ids: Sequence[int], max_new_tokens: int) -> Generation:
-        return self.engine.generate(prompt_ids, max_new_tokens)
 
     def encode(self, text: str) -> list[int]:
         return tokenizer.encode(text)
@@ -80,9 +78,9 @@ def load(args: argparse.Namespace, resolved: Mapping[str, Any], log: Callable[[s
         log(f"EAGLE3 aux hidden state capture positions {list(positions)} (ids {ids}, sglang {args.emulate_sglang_version} convention)")
     engine = ReferenceEngine(args.model_path, drafter, num_steps=resolved["speculative_num_steps"] or 3,
                              topk=resolved["speculative_eagle_topk"] or 1, num_draft_tokens=resolved["speculative_num_draft_tokens"],
-                             capture_positions=positions)
+                             capture_positions=positions, max_running_requests=resolved["max_running_requests"])
     log("Load weight end. type=LlamaForCausalLM, dtype=float64, device=cpu")
     log("Capture cuda graph begin. (reference engine: a warmup generation instead)")
     engine.warmup()
-    log("Capture cuda graph end. Time elapsed: 0.0 s")
+    log(f"Capture cuda graph end. Time elapsed: 0.0 s (max_running_requests={engine.max_running_requests})")
     return Runtime(engine, args.model_path, args.emulate_sglang_version, ids)

@@ -1,29 +1,25 @@
-"""The reference engine's launcher and HTTP server: sglang's flags in, sglang's API out.
+"""The reference engine's launcher: sglang's flags in, sglang's HTTP API (`api`) out, on uvicorn.
 
 `python -m specctl.engines.reference <sglang launch flags>` parses the flags `render` produces (an
 unknown one is an argparse error, as in sglang), loads the HF-format target and EAGLE-3 drafter,
 resolves capture positions with the convention of the sglang version it emulates (the same table
-specctl checks against), and serves /health, /health_generate, /server_info, /model_info,
-/generate, /v1/chat/completions and /flush_cache with sglang 0.5.23's field names.
-Streaming responses are not implemented yet.
+specctl checks against), starts the batching scheduler and serves the API with FastAPI on uvicorn,
+as sglang does. SIGTERM (the deploy flow stops a server by its process group) shuts it down cleanly:
+uvicorn stops accepting, open requests get a short grace, then the scheduler thread ends.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import socket
 import sys
-import threading
 import time
-import uuid
 from collections.abc import Sequence
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 DEFAULT_EMULATED_VERSION = "0.5.23"
-SAMPLING_KEYS = {"max_new_tokens", "temperature", "top_p", "top_k", "min_p", "stop", "stop_token_ids", "ignore_eos",
-                 "min_new_tokens", "n", "sampling_seed", "frequency_penalty", "presence_penalty", "repetition_penalty"}
+DEFAULT_MAX_RUNNING_REQUESTS = 48
+GRACEFUL_SHUTDOWN_S = 3  # open requests (streams included) may finish this long after SIGTERM
 
 
 def log(message: str) -> None:
@@ -78,162 +74,12 @@ def resolved_args(args: argparse.Namespace) -> dict[str, Any]:
         "speculative_num_steps": steps, "speculative_eagle_topk": topk, "speculative_num_draft_tokens": tokens,
         "tp_size": args.tp_size, "nnodes": args.nnodes, "node_rank": args.node_rank, "dist_init_addr": args.dist_init_addr,
         "host": args.host, "port": args.port, "mem_fraction_static": args.mem_fraction_static,
-        "max_running_requests": args.max_running_requests if args.max_running_requests is not None else (48 if algorithm else None),
+        # 48 is sglang 0.5.23's default with speculation (arg_groups/speculative_hook.py); without it sglang
+        # sizes the batch from the KV pool, which for the tiny target would allow hundreds: 48 keeps memory small
+        "max_running_requests": args.max_running_requests if args.max_running_requests is not None else DEFAULT_MAX_RUNNING_REQUESTS,
         "context_length": args.context_length, "dtype": args.dtype, "served_model_name": args.served_model_name or args.model_path,
         "enable_metrics": args.enable_metrics, "device": "cpu",
     }
-
-
-class Server:
-    """One loaded engine behind a lock: requests are served one at a time, in arrival order."""
-
-    def __init__(self, args: argparse.Namespace, launch_command: str) -> None:
-        from specctl.engines import get_engine
-        from specctl.engines.reference.runtime import load
-
-        self.args = args
-        self.resolved = resolved_args(args)
-        self.launch_command = launch_command
-        self.lock = threading.Lock()
-        self.runtime = load(args, self.resolved, log)
-        # the HTTP API of the emulated version, from the same per-version data verify reads
-        self.contract = get_engine("sglang").http_contract(args.emulate_sglang_version)
-        self.lifetime = {"completion_tokens": 0, "verify_ct": 0}
-        self.started = time.time()
-
-    # --- what the endpoints compute ----------------------------------------------------------------
-    def generate_ids(self, prompt_ids: list[int], params: dict[str, Any]) -> dict[str, Any]:
-        unknown = sorted(set(params) - SAMPLING_KEYS)
-        if unknown:
-            raise BadRequest(f"unknown field `{unknown[0]}`, expected one of {', '.join(sorted(SAMPLING_KEYS))}")
-        if float(params.get("temperature", 1.0)) != 0.0:
-            raise BadRequest("the reference engine decodes greedily only: send temperature 0")
-        max_new = int(params.get("max_new_tokens", 128))
-        with self.lock:
-            start = time.perf_counter()
-            out = self.runtime.generate(prompt_ids, max_new)
-            e2e = time.perf_counter() - start
-            if out.spec_verify_ct:
-                self.lifetime["completion_tokens"] += out.completion_tokens
-                self.lifetime["verify_ct"] += out.spec_verify_ct
-        from specctl.engines.reference.runtime import finish_reason
-
-        meta: dict[str, Any] = {
-            "id": uuid.uuid4().hex, "finish_reason": finish_reason(out), "prompt_tokens": len(prompt_ids),
-            "weight_version": "default", "num_retractions": 0, "reasoning_tokens": 0,
-            "completion_tokens": out.completion_tokens, "cached_tokens": 0, "e2e_latency": e2e,
-        }
-        if self.args.enable_metrics:
-            meta["first_token_latency"] = out.first_token_s
-        meta |= out.spec_meta_info()  # empty when sglang would leave the spec_* keys out
-        return {"text": self.runtime.decode(out.output_ids), "output_ids": list(out.output_ids), "meta_info": meta}
-
-    def server_info(self) -> dict[str, Any]:
-        state: dict[str, Any] = {**self.resolved, "last_gen_throughput": 0.0, "memory_usage": {}}
-        if self.lifetime["verify_ct"]:
-            state["avg_spec_accept_length"] = self.lifetime["completion_tokens"] / self.lifetime["verify_ct"]
-        return {**self.resolved, "launch_command": self.launch_command, "version": self.args.emulate_sglang_version,
-                "frontend": "python", "startup_time": self.started, "internal_states": [state],
-                "reference_engine": self.runtime.describe()}
-
-    def model_info(self) -> dict[str, Any]:
-        return {"model_path": self.args.model_path, "served_model_name": self.resolved["served_model_name"],
-                "tokenizer_path": self.args.model_path, "is_generation": True, "preferred_sampling_params": None,
-                "weight_version": "default", "has_image_understanding": False, "has_audio_understanding": False,
-                **self.runtime.model_facts()}
-
-
-class BadRequest(Exception):
-    pass
-
-
-def make_handler(server: Server) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-
-        def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the stdlib's name
-            pass
-
-        def _send(self, status: int, body: Any) -> None:
-            data = json.dumps(body).encode() if body is not None else b""
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
-        def _body(self) -> dict[str, Any]:
-            length = int(self.headers.get("Content-Length") or 0)
-            data = json.loads(self.rfile.read(length) or b"{}")
-            if not isinstance(data, dict):
-                raise BadRequest("the request body must be a JSON object")
-            return data
-
-        def do_GET(self) -> None:  # noqa: N802 - the stdlib's name
-            self._dispatch("GET")
-
-        def do_POST(self) -> None:  # noqa: N802
-            self._dispatch("POST")
-
-        def do_PUT(self) -> None:  # noqa: N802
-            self._dispatch("PUT")
-
-        def _dispatch(self, method: str) -> None:
-            path = self.path.split("?", 1)[0]
-            try:
-                if path in ("/health", "/health_generate"):
-                    server.generate_ids([0], {"max_new_tokens": 1, "temperature": 0})
-                    self._send(200, None)
-                elif path in ("/server_info", "/get_server_info"):
-                    self._send(200, server.server_info())
-                elif path in ("/model_info", "/get_model_info"):
-                    self._send(200, server.model_info())
-                elif path == "/flush_cache":
-                    server.lifetime = {"completion_tokens": 0, "verify_ct": 0}
-                    self._send(200, None)
-                elif path == "/generate" and method in ("POST", "PUT"):
-                    self._send(200, self._generate(self._body()))
-                elif path == "/v1/chat/completions" and method == "POST":
-                    self._send(200, self._chat(self._body()))
-                elif path == "/v1/models":
-                    self._send(200, {"object": "list", "data": [{"id": server.resolved["served_model_name"], "object": "model"}]})
-                else:
-                    self._send(404, {"error": {"message": f"{method} {path} is not served by the reference engine"}})
-            except BadRequest as exc:
-                self._send(400, {"error": {"message": str(exc)}})
-            except (ValueError, KeyError, TypeError) as exc:
-                self._send(400, {"error": {"message": f"bad request: {exc}"}})
-
-        def _generate(self, body: dict[str, Any]) -> dict[str, Any]:
-            if body.get("stream"):
-                raise BadRequest("streaming is not implemented by the reference engine yet")
-            params = dict(body.get("sampling_params") or {})
-            if "input_ids" in body:
-                ids = body["input_ids"]
-            elif isinstance(body.get("text"), str):
-                ids = server.runtime.encode(body["text"])
-            else:
-                raise BadRequest("send `text` (a string) or `input_ids`; batches are not supported")
-            return server.generate_ids(list(map(int, ids)), params)
-
-        def _chat(self, body: dict[str, Any]) -> dict[str, Any]:
-            if body.get("stream"):
-                raise BadRequest("streaming is not implemented by the reference engine yet")
-            params = {"max_new_tokens": int(body.get("max_tokens") or body.get("max_completion_tokens") or 128),
-                      "temperature": float(body.get("temperature", 1.0))}
-            ids = server.runtime.encode(server.runtime.chat_prompt(body["messages"]))
-            result = server.generate_ids(ids, params)
-            meta = result["meta_info"]
-            choice: dict[str, Any] = {"index": 0, "message": {"role": "assistant", "content": result["text"]},
-                                      "finish_reason": meta["finish_reason"]["type"]}
-            if body.get("return_meta_info") and server.contract.chat_meta_info:  # ignored before sglang 0.5.13
-                choice["meta_info"] = meta
-            usage = {"prompt_tokens": meta["prompt_tokens"], "completion_tokens": meta["completion_tokens"],
-                     "total_tokens": meta["prompt_tokens"] + meta["completion_tokens"]}
-            return {"id": meta["id"], "object": "chat.completion", "created": int(time.time()),
-                    "model": server.resolved["served_model_name"], "choices": [choice], "usage": usage}
-
-    return Handler
 
 
 def rendezvous(args: argparse.Namespace) -> list[socket.socket]:
@@ -271,6 +117,34 @@ def rendezvous(args: argparse.Namespace) -> list[socket.socket]:
     sys.exit(0)
 
 
+def serve(args: argparse.Namespace, launch_command: str) -> None:
+    """Load, then serve until SIGTERM/SIGINT. The port is bound before the ready line is logged."""
+    import uvicorn
+
+    from specctl.engines import get_engine
+    from specctl.engines.reference.api import Service, make_app
+    from specctl.engines.reference.runtime import load
+    from specctl.engines.reference.scheduler import Scheduler
+
+    resolved = resolved_args(args)
+    runtime = load(args, resolved, log)
+
+    def on_error(exc: BaseException) -> None:
+        log(f"scheduler step failed: {type(exc).__name__}: {exc}")
+
+    service = Service(runtime, Scheduler(runtime.engine, on_error),
+                      # the HTTP API of the emulated version, from the same per-version data verify reads
+                      get_engine("sglang").http_contract(args.emulate_sglang_version), resolved,
+                      {"launch_command": launch_command, "version": args.emulate_sglang_version, "frontend": "python",
+                       "startup_time": time.time()}, args.enable_metrics, log)
+    family = socket.AF_INET6 if ":" in args.host else socket.AF_INET
+    listener = socket.create_server((args.host, args.port), family=family)
+    config = uvicorn.Config(make_app(service), log_level="warning", access_log=False, lifespan="on",
+                            timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S)
+    log(f"Uvicorn running on http://{args.host}:{args.port} (reference engine, emulating sglang {args.emulate_sglang_version})")
+    uvicorn.Server(config).run(sockets=[listener])
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
@@ -281,17 +155,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(f"--speculative-algorithm {args.speculative_algorithm}: the reference engine implements EAGLE3 only")
     if args.speculative_algorithm and args.speculative_eagle_topk not in (None, 1):
         parser.error("--speculative-eagle-topk must be 1: the reference engine drafts a chain")
+    if args.max_running_requests is not None and args.max_running_requests < 1:
+        parser.error("--max-running-requests must be >= 1")
     nodes = rendezvous(args)
-    server = Server(args, " ".join(["python", "-m", "specctl.engines.reference", *argv]))
-    httpd = ThreadingHTTPServer((args.host, args.port), make_handler(server))
-    log(f"Uvicorn running on http://{args.host}:{args.port} (reference engine, emulating sglang {args.emulate_sglang_version})")
-    log("The server is fired up and ready to roll!")
     try:
-        httpd.serve_forever()
-    except KeyboardInterrupt:
-        pass
-    for node in nodes:
-        node.close()
+        serve(args, " ".join(["python", "-m", "specctl.engines.reference", *argv]))
+    finally:
+        for node in nodes:
+            node.close()
     return 0
-
-

@@ -1,9 +1,12 @@
-"""The reference engine's decoding loop: greedy generation, with EAGLE-3 chain speculation when a drafter is given.
+"""The reference engine's decoding: batched greedy generation, with EAGLE-3 chain speculation when a drafter is given.
 
-One request at a time, batch 1, on the CPU. With a drafter each round drafts `num_steps` tokens
-(topk 1), verifies them and the pending token in ONE target forward, keeps the longest prefix equal
-to the target's greedy choices plus the bonus token, and rolls both KV caches back. Output is
-therefore token for token the target's plain greedy output; only the speed and the counters change.
+Sequences of different lengths share every forward: each owns a row (slot) of the KV caches with its
+own length, new tokens are right-padded and masked, and each keeps only its own tokens. With a
+drafter, one decode step drafts `num_steps` tokens for every sequence (the drafter batched over
+them), verifies every sequence's pending token + drafts in ONE target forward, lets each keep the
+longest prefix equal to the target's greedy choices plus the bonus token, and rolls both caches back
+row by row. Output is therefore token for token the target's plain greedy output, alone or batched;
+only the speed and the counters change. `scheduler` decides which sequences share a step.
 
 The counters mean what sglang 0.5.23's `meta_info` means (reference 4.2): the first token comes from
 prefill and is not a verify step, so `completion_tokens / spec_verify_ct` is sglang's
@@ -22,11 +25,11 @@ from typing import Any, Literal
 import torch
 from torch import Tensor
 
-from specctl.engines.reference.model import DraftOutput, Eagle3Drafter, KVCache, Target, load_drafter, load_target
-from specctl.engines.reference.tokenizer import EOS_ID, encode
+from specctl.engines.reference.model import Eagle3Drafter, Target, TargetOutput, load_drafter, load_target
+from specctl.engines.reference.tokenizer import EOS_ID, PAD_ID, encode
 from specctl.engines.sglang import capture as capture_table
 
-__all__ = ["SGLANG_VERSION", "Generation", "ReferenceEngine", "load_drafter_ids", "resolve_capture"]
+__all__ = ["SGLANG_VERSION", "ForwardCounts", "Generation", "ReferenceEngine", "Request", "load_drafter_ids", "resolve_capture"]
 
 # the sglang release whose capture convention and meta_info the reference engine follows
 SGLANG_VERSION = "0.5.23"
@@ -96,8 +99,52 @@ def load_drafter_ids(drafter_dir: Path | str) -> list[int] | None:
     return None if ids is None else [int(i) for i in ids]
 
 
+@dataclass
+class Request:
+    """One request being decoded: its tokens, counters, cache row, and what the drafter proposes next.
+
+    `pending` is the newest token, not yet in the target's cache; `draft_logits`/`draft_hidden` are
+    the drafter's last row, from which the next round's first draft comes.
+    """
+
+    prompt: list[int]
+    max_new: int
+    stops: frozenset[int]
+    slot: int
+    arrival: float
+    generation: Generation
+    finish: Literal["length", "stop"] | None = None
+    pending: int = -1
+    draft_logits: Tensor | None = None
+    draft_hidden: Tensor | None = None
+
+    @property
+    def output_ids(self) -> list[int]:
+        return self.generation.output_ids
+
+    def append(self, tokens: Sequence[int]) -> None:
+        """Add tokens until a stop id or max_new ends the output (later ones are dropped, as in sglang)."""
+        for token in tokens:
+            self.generation.output_ids.append(token)
+            self.pending = token
+            self.finish = _finished(self.generation.output_ids, self.max_new, self.stops)
+            if self.finish is not None:
+                now = time.perf_counter()
+                self.generation.finish_reason = self.finish
+                self.generation.e2e_s = now - self.arrival
+                return
+
+
+@dataclass
+class ForwardCounts:
+    """Model forwards since start: batching shows as fewer forwards for the same tokens."""
+
+    target: int = 0
+    drafter: int = 0
+
+
 class ReferenceEngine:
-    """A loaded target (and drafter) that serves greedy generations one request at a time.
+    """A loaded target (and drafter) that decodes greedily for up to `max_running_requests` sequences at once.
 
     Args:
         target_dir: the target checkpoint (`LlamaForCausalLM`).
@@ -110,6 +157,7 @@ class ReferenceEngine:
             `resolve_capture`); None resolves them from the drafter's config under sglang 0.5.23.
         threads: torch intra-op threads (a process-wide setting); the tiny matmuls run fastest on 1.
         device: where to compute ("cpu", or "cuda" for the GPU benchmark); float64 either way.
+        max_running_requests: sequences decoded together (rows of the KV caches), default 16.
 
     Raises:
         ValueError: topk other than 1, num_steps < 1, or positions the target cannot capture.
@@ -127,34 +175,41 @@ class ReferenceEngine:
         capture_positions: Sequence[int] | None = None,
         threads: int | None = 1,
         device: str = "cpu",
+        max_running_requests: int = 16,
     ) -> None:
         if threads is not None:
             torch.set_num_threads(threads)
+        if max_running_requests < 1:
+            raise ValueError(f"max_running_requests must be >= 1, got {max_running_requests}")
         self.device = torch.device(device)
         self.target: Target = load_target(target_dir).to(self.device)
         self.drafter: Eagle3Drafter | None = None
         self.capture_positions: tuple[int, ...] = ()
         self.num_steps = 0
         self.num_draft_tokens = 0
-        if drafter_dir is None:
-            return
-        if topk != 1:
-            raise ValueError(f"speculative_eagle_topk {topk}: the reference engine drafts chains only (topk 1)")
-        if num_steps < 1:
-            raise ValueError(f"speculative_num_steps must be >= 1, got {num_steps}")
-        layers = self.target.config.num_hidden_layers
-        if capture_positions is None:
-            outcome = resolve_capture(drafter_dir, layers)
-            if outcome.error is not None:
-                raise ValueError(f"the target cannot capture this drafter's layers: {outcome.error}")
-            capture_positions = outcome.captured
-        positions = tuple(sorted(set(capture_positions)))
-        if not positions or positions[0] < 0 or positions[-1] >= layers:
-            raise ValueError(f"capture positions {list(positions)} must lie in 0..{layers - 1} for a {layers}-layer target")
-        self.drafter = load_drafter(drafter_dir).to(self.device)
-        self.capture_positions = positions
-        self.num_steps = num_steps
-        self.num_draft_tokens = num_steps + 1  # sglang forces this for topk 1 (reference 1.4 item 10)
+        self.max_running_requests = max_running_requests
+        self.forwards = ForwardCounts()
+        if drafter_dir is not None:
+            if topk != 1:
+                raise ValueError(f"speculative_eagle_topk {topk}: the reference engine drafts chains only (topk 1)")
+            if num_steps < 1:
+                raise ValueError(f"speculative_num_steps must be >= 1, got {num_steps}")
+            layers = self.target.config.num_hidden_layers
+            if capture_positions is None:
+                outcome = resolve_capture(drafter_dir, layers)
+                if outcome.error is not None:
+                    raise ValueError(f"the target cannot capture this drafter's layers: {outcome.error}")
+                capture_positions = outcome.captured
+            positions = tuple(sorted(set(capture_positions)))
+            if not positions or positions[0] < 0 or positions[-1] >= layers:
+                raise ValueError(f"capture positions {list(positions)} must lie in 0..{layers - 1} for a {layers}-layer target")
+            self.drafter = load_drafter(drafter_dir).to(self.device)
+            self.capture_positions = positions
+            self.num_steps = num_steps
+            self.num_draft_tokens = num_steps + 1  # sglang forces this for topk 1 (reference 1.4 item 10)
+        self.cache = self.target.new_cache(self.max_tokens, max_running_requests)
+        self.draft_cache = self.drafter.new_cache(self.max_tokens, max_running_requests) if self.drafter else None
+        self.free_slots = list(range(max_running_requests - 1, -1, -1))
 
     @property
     def max_tokens(self) -> int:
@@ -165,73 +220,171 @@ class ReferenceEngine:
         """A short generation, so that a drafter/capture width mismatch fails now, as at sglang's warmup."""
         self.generate(encode("warmup"), max_new_tokens=4, stop_ids=())
 
+    # --- one request or a fixed batch, start to finish ------------------------------------------------
+
     def generate(self, prompt_ids: Sequence[int], max_new_tokens: int, stop_ids: Collection[int] = (EOS_ID,)) -> Generation:
         """Greedy continuation of `prompt_ids`: up to `max_new_tokens` tokens, ending early after a stop id.
 
         A stop id that ends the output is part of `output_ids` (and `completion_tokens`), as in sglang.
         """
+        return self.generate_batch([prompt_ids], max_new_tokens, stop_ids)[0]
+
+    def generate_batch(self, prompts: Sequence[Sequence[int]], max_new_tokens: int,
+                       stop_ids: Collection[int] = (EOS_ID,)) -> list[Generation]:
+        """`generate` for every prompt, all decoded together (finished ones leave the batch)."""
+        if len(prompts) > self.max_running_requests:
+            raise ValueError(f"{len(prompts)} prompts > max_running_requests {self.max_running_requests}")
+        sequences = [self.start(p, max_new_tokens, stop_ids) for p in prompts]
+        try:
+            with torch.inference_mode():
+                self.prefill(sequences)
+                running = [s for s in sequences if s.finish is None]
+                while running:
+                    self.step(running)
+                    running = [s for s in running if s.finish is None]
+        finally:
+            for s in sequences:
+                self.release(s)
+        return [s.generation for s in sequences]
+
+    # --- the pieces a scheduler composes -------------------------------------------------------------
+
+    def check(self, prompt_ids: Sequence[int], max_new_tokens: int) -> None:
+        """Raise ValueError for a request this engine cannot serve (before it takes a cache row)."""
         if not prompt_ids:
             raise ValueError("empty prompt")
         if max_new_tokens < 1:
             raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+        vocab = self.target.config.vocab_size
+        if min(prompt_ids) < 0 or max(prompt_ids) >= vocab:
+            raise ValueError(f"token ids must lie in 0..{vocab - 1}")
         slack = self.num_draft_tokens
-        capacity = len(prompt_ids) + max_new_tokens + slack
-        if capacity > self.max_tokens:
+        if len(prompt_ids) + max_new_tokens + slack > self.max_tokens:
             raise ValueError(f"prompt of {len(prompt_ids)} tokens + max_new_tokens {max_new_tokens} exceeds the "
                              f"context of {self.max_tokens - slack} tokens")
-        with torch.inference_mode():
-            return self._generate(list(prompt_ids), max_new_tokens, frozenset(stop_ids), capacity)
 
-    def _generate(self, prompt: list[int], max_new: int, stops: frozenset[int], capacity: int) -> Generation:
-        start = time.perf_counter()
-        target = self.target
-        cache = target.new_cache(capacity)
-        prefill = target(self._ids([prompt]), cache)
-        token = int(prefill.logits[0, -1].argmax())
-        first_token_s = time.perf_counter() - start
-        output = [token]
-        finish = _finished(output, max_new, stops)
-        result = Generation(output, len(prompt), finish or "length", first_token_s, 0.0)
+    def start(self, prompt_ids: Sequence[int], max_new_tokens: int, stop_ids: Collection[int] = (EOS_ID,),
+              arrival: float | None = None) -> Request:
+        """A new sequence in a free cache row; `arrival` (perf_counter) is when latencies start."""
+        self.check(prompt_ids, max_new_tokens)
+        if not self.free_slots:
+            raise RuntimeError(f"all {self.max_running_requests} cache rows are taken")
+        slot = self.free_slots.pop()
+        self.cache.truncate(slot, 0)
+        if self.draft_cache is not None:
+            self.draft_cache.truncate(slot, 0)
+        prompt = list(prompt_ids)
+        generation = Generation([], len(prompt), "length", 0.0, 0.0)
+        if self.drafter is not None:
+            generation.spec_correct_drafts_histogram = [0] * self.num_draft_tokens
+        return Request(prompt, max_new_tokens, frozenset(stop_ids), slot,
+                        time.perf_counter() if arrival is None else arrival, generation)
 
+    def release(self, sequence: Request) -> None:
+        """Give the sequence's cache row back (finished or aborted)."""
+        if sequence.slot not in self.free_slots:
+            self.free_slots.append(sequence.slot)
+
+    def prefill(self, sequences: list[Request]) -> None:
+        """One target forward over the new prompts (right-padded): each gets its first token; with a
+        drafter, one drafter forward over them proposes each one's first draft."""
+        slots = [s.slot for s in sequences]
+        lengths = [len(s.prompt) for s in sequences]
+        out = self._target(_padded([s.prompt for s in sequences]), slots)
+        for s, n in zip(sequences, lengths, strict=True):
+            self.cache.truncate(s.slot, n)
+        last = torch.tensor(lengths, device=self.device) - 1
+        rows = torch.arange(len(sequences), device=self.device)
+        firsts = out.logits[rows, last].argmax(-1).tolist()
+        now = time.perf_counter()
+        for s, token in zip(sequences, firsts, strict=True):
+            s.generation.first_token_s = now - s.arrival
+            s.append([token])
         if self.drafter is None:
-            while finish is None:
-                token = int(target(self._ids([[token]]), cache).logits[0, -1].argmax())
-                output.append(token)
-                finish = _finished(output, max_new, stops)
-        else:
-            drafter = self.drafter
-            drafts_per_round = self.num_draft_tokens - 1
-            result.spec_correct_drafts_histogram = [0] * self.num_draft_tokens
-            draft_cache = drafter.new_cache(capacity)
-            # EAGLE-3 rows: row i reads (embedding of token i+1, target features at token i) to draft token i+2
-            draft = drafter(target.embed(self._ids([prompt[1:] + [token]])), self._features(prefill.hidden_states), draft_cache)
-            while finish is None:
-                committed = cache.length
-                drafts = self._draft(draft, draft_cache, drafts_per_round)
-                verify = target(self._ids([[token, *drafts]]), cache)
-                greedy = verify.logits[0].argmax(-1).tolist()
-                accepted = 0
-                while accepted < drafts_per_round and drafts[accepted] == greedy[accepted]:
-                    accepted += 1
-                new_tokens = drafts[:accepted] + [greedy[accepted]]
-                cache.truncate(committed + accepted + 1)
-                draft_cache.truncate(committed)  # drop the rows drafted from the drafter's own hidden
-                result.spec_verify_ct += 1
-                result.spec_num_correct_drafts += accepted
-                result.spec_num_proposed_drafts += drafts_per_round
-                result.spec_correct_drafts_histogram[accepted] += 1
-                for token in new_tokens:
-                    output.append(token)
-                    finish = _finished(output, max_new, stops)
-                    if finish is not None:
-                        break
-                else:
-                    features = self._features(verify.hidden_states)[:, : accepted + 1]
-                    draft = drafter(target.embed(self._ids([new_tokens])), features, draft_cache)
-        assert finish is not None
-        result.finish_reason = finish
-        result.e2e_s = time.perf_counter() - start
-        return result
+            return
+        keep = [i for i, s in enumerate(sequences) if s.finish is None]
+        if not keep:
+            return
+        # EAGLE-3 rows: row i reads (embedding of token i+1, target features at token i) to draft token i+2
+        shifted = [sequences[i].prompt[1:] + [firsts[i]] for i in keep]
+        features = self._features(out.hidden_states)[keep]
+        self._draft_extend([sequences[i] for i in keep], shifted, features)
+
+    def step(self, sequences: list[Request]) -> None:
+        """One decode step for every sequence together: a plain greedy token each, or a speculative round."""
+        if self.drafter is None:
+            out = self._target(self._ids([[s.pending] for s in sequences]), [s.slot for s in sequences])
+            for s, token in zip(sequences, out.logits[:, -1].argmax(-1).tolist(), strict=True):
+                s.append([token])
+            return
+        self._speculate(sequences)
+
+    # --- internals -------------------------------------------------------------------------------------
+
+    def _speculate(self, sequences: list[Request]) -> None:
+        assert self.drafter is not None and self.draft_cache is not None
+        drafter, draft_cache = self.drafter, self.draft_cache
+        slots = [s.slot for s in sequences]
+        committed = [self.cache.lengths[slot] for slot in slots]
+        count = self.num_draft_tokens - 1
+        # draft `count` tokens per sequence, the drafter batched over all of them
+        logits = torch.stack([s.draft_logits for s in sequences if s.draft_logits is not None])
+        hidden = torch.stack([s.draft_hidden for s in sequences if s.draft_hidden is not None]).unsqueeze(1)
+        drafts = [drafter.to_target_ids(logits.argmax(-1))]
+        for _ in range(count - 1):
+            self.forwards.drafter += 1
+            out = drafter(self.target.embed(drafts[-1].unsqueeze(1)), hidden, draft_cache, slots)
+            drafts.append(drafter.to_target_ids(out.logits[:, -1].argmax(-1)))
+            hidden = out.hidden[:, -1:]
+        for slot, length in zip(slots, committed, strict=True):
+            draft_cache.truncate(slot, length)  # drop the rows drafted from the drafter's own hidden
+        draft_ids = torch.stack(drafts, dim=1)
+        pending = self._ids([[s.pending] for s in sequences])
+        # ONE target forward verifies every sequence's pending token + drafts
+        verify = self._target(torch.cat([pending, draft_ids], dim=1), slots)
+        greedy = verify.logits.argmax(-1)
+        accepted = (draft_ids == greedy[:, :count]).int().cumprod(dim=1).sum(dim=1).tolist()
+        greedy_rows, draft_rows = greedy.tolist(), draft_ids.tolist()
+        survivors: list[int] = []
+        new_rows: list[list[int]] = []
+        for i, s in enumerate(sequences):
+            a = accepted[i]
+            new_tokens = draft_rows[i][:a] + [greedy_rows[i][a]]
+            self.cache.truncate(s.slot, committed[i] + a + 1)
+            g = s.generation
+            g.spec_verify_ct += 1
+            g.spec_num_correct_drafts += a
+            g.spec_num_proposed_drafts += count
+            g.spec_correct_drafts_histogram[a] += 1
+            s.append(new_tokens)
+            if s.finish is None:
+                survivors.append(i)
+                new_rows.append(new_tokens)
+        if survivors:
+            features = self._features(verify.hidden_states)[survivors]
+            self._draft_extend([sequences[i] for i in survivors], new_rows, features)
+
+    def _draft_extend(self, sequences: list[Request], rows: list[list[int]], features: Tensor) -> None:
+        """Run the drafter over each sequence's newly committed tokens (right-padded, with the target
+        features at the same positions) and keep its last real row for the next round's drafts."""
+        assert self.drafter is not None and self.draft_cache is not None
+        slots = [s.slot for s in sequences]
+        starts = [self.draft_cache.lengths[slot] for slot in slots]
+        ids = _padded(rows)
+        width = ids.shape[1]
+        self.forwards.drafter += 1
+        out = self.drafter(self.target.embed(ids.to(self.device)), features[:, :width], self.draft_cache, slots)
+        last = [len(r) - 1 for r in rows]
+        for s, start, n in zip(sequences, starts, last, strict=True):
+            self.draft_cache.truncate(s.slot, start + n + 1)
+        index = torch.arange(len(rows), device=self.device), torch.tensor(last, device=self.device)
+        for s, logits, hidden in zip(sequences, out.logits[index], out.hidden[index], strict=True):
+            s.draft_logits, s.draft_hidden = logits, hidden
+
+    def _target(self, ids: Tensor, slots: list[int]) -> TargetOutput:
+        self.forwards.target += 1
+        out: TargetOutput = self.target(ids.to(self.device), self.cache, slots)
+        return out
 
     def _ids(self, rows: list[list[int]]) -> Tensor:
         return torch.tensor(rows, device=self.device)
@@ -240,17 +393,11 @@ class ReferenceEngine:
         """The captured positions concatenated in ascending order, as sglang packs them."""
         return torch.cat([hidden_states[p] for p in self.capture_positions], dim=-1)
 
-    def _draft(self, draft: DraftOutput, cache: KVCache, count: int) -> list[int]:
-        """`count` greedy draft tokens (target ids), feeding the drafter its own hidden after the first."""
-        assert self.drafter is not None
-        tokens: list[int] = []
-        while True:
-            draft_id = draft.logits[0, -1].argmax()
-            tokens.append(int(self.drafter.to_target_ids(draft_id)))
-            if len(tokens) == count:
-                return tokens
-            embeds = self.target.embed(self._ids([[tokens[-1]]]))
-            draft = self.drafter(embeds, draft.hidden[:, -1:], cache)
+
+def _padded(rows: list[list[int]]) -> Tensor:
+    """Rows right-padded with <pad> to one width (the padding is masked by position, then truncated away)."""
+    width = max(len(r) for r in rows)
+    return torch.tensor([r + [PAD_ID] * (width - len(r)) for r in rows])
 
 
 def _finished(output: list[int], max_new: int, stops: frozenset[int]) -> Literal["length", "stop"] | None:

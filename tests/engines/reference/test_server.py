@@ -1,14 +1,19 @@
-"""The reference engine as a real HTTP server: sglang's flags in, sglang's fields out, parsed by the
-same client code specctl uses against real sglang."""
+"""The reference engine as a real HTTP server (FastAPI on uvicorn): sglang's flags in, sglang's fields
+and event streams out, parsed by the same client code specctl uses against real sglang; concurrent
+requests share forwards; SIGTERM stops it."""
 
 from __future__ import annotations
 
+import http.client
+import json
 import re
+import signal
 import socket
 import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -62,14 +67,46 @@ def server() -> Iterator[tuple[str, subprocess.Popen[str]]]:
         yield running
 
 
+def post(url: str, path: str, body: dict[str, Any]) -> tuple[int, str, bytes]:
+    """(status, content type, body) of one POST, read to the end."""
+    host, port = url.removeprefix("http://").split(":")
+    connection = http.client.HTTPConnection(host, int(port), timeout=60)
+    try:
+        connection.request("POST", path, json.dumps(body), {"Content-Type": "application/json"})
+        response = connection.getresponse()
+        return response.status, response.getheader("Content-Type") or "", response.read()
+    finally:
+        connection.close()
+
+
+def events(body: bytes) -> list[Any]:
+    """The `data:` payloads of a server-sent event stream, in order; `[DONE]` must end it."""
+    text = body.decode()
+    assert text.endswith("data: [DONE]\n\n"), text[-200:]
+    blocks = text.split("\n\n")[:-2]
+    assert all(b.startswith("data: ") for b in blocks)
+    return [json.loads(b.removeprefix("data: ")) for b in blocks]
+
+
+def generate_body(text: str, max_new: int = 40, **extra: Any) -> dict[str, Any]:
+    return {"text": text, "sampling_params": {"max_new_tokens": max_new, "temperature": 0}, **extra}
+
+
+CHAT = [{"role": "user", "content": "What is the capital of France?"}]
+
+
 def test_an_emulated_version_before_0_5_13_ignores_return_meta_info_in_chat(server: tuple[str, Any]) -> None:
-    """As sglang did before 0.5.13 (data/http.json): chat answers without meta_info, /generate with it."""
+    """As sglang did before 0.5.13 (data/http.json): chat answers without meta_info, /generate with it;
+    so a streamed chat that asks for meta_info is no error there."""
     messages = [{"role": "user", "content": "hello"}]
     assert EngineClient(server[0], timeout_s=60).chat(messages, max_new_tokens=8).spec_verify_ct  # 0.5.23: counters
     with started("--emulate-sglang-version", "0.5.12.post1") as (url, _):
         client = EngineClient(url, timeout_s=60)
         assert client.chat(messages, max_new_tokens=8).spec_verify_ct is None
         assert client.generate(text="hello", max_new_tokens=8).spec_verify_ct
+        status, _, body = post(url, "/v1/chat/completions", {"messages": messages, "max_tokens": 8, "temperature": 0,
+                                                               "stream": True, "return_meta_info": True})
+        assert status == 200 and events(body)[-1]["choices"][0]["finish_reason"] in ("length", "stop")
 
 
 def test_unknown_and_wrong_flags_are_argparse_errors() -> None:
@@ -129,3 +166,99 @@ def test_server_info_model_info_and_errors(server: tuple[str, Any]) -> None:
     with pytest.raises(EngineHTTPError) as info_error:
         client._request("POST", "/generate", {"text": "x", "sampling_params": {"max_new_token": 3}})
     assert info_error.value.status == 400 and "unknown field" in str(info_error.value)
+
+
+def test_generate_streams_sglang_chunks_ending_in_the_plain_answer(server: tuple[str, Any]) -> None:
+    """sglang 0.5.23's non-incremental stream: cumulative text and ids per decode step, meta_info with
+    finish_reason null until the last chunk, whose meta_info is the non-streaming answer's."""
+    prompt = "User: Name three colours.\nAssistant: "
+    status, kind, body = post(server[0], "/generate", generate_body(prompt))
+    assert status == 200 and kind.startswith("application/json")
+    plain = json.loads(body)
+    status, kind, body = post(server[0], "/generate", generate_body(prompt, stream=True))
+    assert status == 200 and kind.startswith("text/event-stream")
+    chunks = events(body)
+    last = chunks[-1]
+    assert len(chunks) == 1 + last["meta_info"]["spec_verify_ct"]  # the prefill's token, then one chunk per verify
+    for before, after in zip(chunks, chunks[1:], strict=False):
+        assert after["output_ids"][: len(before["output_ids"])] == before["output_ids"]
+        assert after["text"].startswith(before["text"])
+    assert any(len(b["output_ids"]) - len(a["output_ids"]) > 1 for a, b in zip(chunks, chunks[1:], strict=False))
+    for chunk in chunks[:-1]:
+        meta = chunk["meta_info"]
+        assert meta["finish_reason"] is None and meta["completion_tokens"] == len(chunk["output_ids"])
+        assert meta["id"] == last["meta_info"]["id"] and meta["prompt_tokens"] == plain["meta_info"]["prompt_tokens"]
+        assert not any(k.startswith("spec_") or k.endswith("latency") for k in meta)
+    assert last["text"] == plain["text"] and last["output_ids"] == plain["output_ids"]
+    timing = {"id", "e2e_latency", "first_token_latency"}
+    assert set(last["meta_info"]) == set(plain["meta_info"])
+    assert {k: v for k, v in last["meta_info"].items() if k not in timing} == \
+        {k: v for k, v in plain["meta_info"].items() if k not in timing}
+    streamed = EngineClient(server[0]).generate_stream(input_ids=[256, *prompt.encode()], max_new_tokens=40)
+    assert streamed.completion_tokens == plain["meta_info"]["completion_tokens"] and streamed.spec_verify_ct
+
+
+def test_chat_streams_openai_deltas_that_add_up_to_the_answer(server: tuple[str, Any]) -> None:
+    request = {"messages": CHAT, "max_tokens": 40, "temperature": 0}
+    status, _, body = post(server[0], "/v1/chat/completions", request)
+    answer = json.loads(body)
+    status, kind, body = post(server[0], "/v1/chat/completions", {**request, "stream": True,
+                                                                  "stream_options": {"include_usage": True}})
+    assert status == 200 and kind.startswith("text/event-stream")
+    chunks = events(body)
+    assert all(c["object"] == "chat.completion.chunk" and c["id"] == chunks[0]["id"] for c in chunks)
+    first, *middle, finish, usage = chunks
+    assert first["choices"][0]["delta"] == {"role": "assistant", "content": "", "reasoning_content": None}
+    assert all(c["choices"][0]["finish_reason"] is None for c in middle)
+    content = "".join(c["choices"][0]["delta"]["content"] for c in middle)
+    assert content == answer["choices"][0]["message"]["content"] and len(middle) > 1
+    assert finish["choices"][0]["finish_reason"] == answer["choices"][0]["finish_reason"]
+    assert usage["choices"] == [] and usage["usage"] == answer["usage"]
+
+
+def test_chat_refuses_streaming_with_return_meta_info_as_sglang_does(server: tuple[str, Any]) -> None:
+    status, _, body = post(server[0], "/v1/chat/completions", {"messages": CHAT, "temperature": 0, "stream": True,
+                                                                "return_meta_info": True})
+    assert status == 400
+    assert json.loads(body)["message"] == ("return_meta_info is not supported with streaming. "
+                                           "Please set stream=false when using return_meta_info=true.")
+
+
+def test_concurrent_requests_share_forwards_and_keep_their_output(server: tuple[str, Any]) -> None:
+    """8 different prompts at once need fewer target forwards than one after another, with the same answers."""
+    client = EngineClient(server[0], timeout_s=120)
+    prompts = [f"User: {q}\nAssistant: " for q in ("What is 2 + 2?", "Name a river.", "Count to five.", "Hi",
+                                                     "What colour is the sky?", "Spell cat.", "Who wrote Hamlet?", "Bye")]
+
+    def forwards() -> int:
+        return int(client.server_info()["reference_engine"]["target_forwards"])
+
+    def answer(prompt: str) -> dict[str, Any]:
+        status, _, body = post(server[0], "/generate", generate_body(prompt, max_new=48))
+        assert status == 200
+        return dict(json.loads(body))
+
+    before = forwards()
+    sequential = [answer(p) for p in prompts]
+    sequential_forwards = forwards() - before
+    before = forwards()
+    with ThreadPoolExecutor(len(prompts)) as pool:
+        concurrent = list(pool.map(answer, prompts))
+    concurrent_forwards = forwards() - before
+    assert [a["output_ids"] for a in concurrent] == [a["output_ids"] for a in sequential]
+    assert [a["meta_info"]["spec_verify_ct"] for a in concurrent] == [a["meta_info"]["spec_verify_ct"] for a in sequential]
+    assert concurrent_forwards < sequential_forwards / 2
+
+
+def test_sigterm_stops_the_server_with_a_stream_open() -> None:
+    with started() as (url, process):
+        host, port = url.removeprefix("http://").split(":")
+        connection = http.client.HTTPConnection(host, int(port), timeout=60)
+        connection.request("POST", "/generate", json.dumps(generate_body("User: Hi\nAssistant: ", max_new=400, stream=True)),
+                           {"Content-Type": "application/json"})
+        response = connection.getresponse()
+        assert response.status == 200 and response.readline().startswith(b"data: ")
+        process.send_signal(signal.SIGTERM)
+        process.wait(timeout=15)
+        connection.close()
+        assert process.stdout is not None and "scheduler stopped" in process.stdout.read()
