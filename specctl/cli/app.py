@@ -21,6 +21,7 @@ COMMAND_MODULES = {
     "hosts": "hosts_cmds", "deploy": "hosts_cmds", "status": "hosts_cmds", "logs": "hosts_cmds", "stop": "hosts_cmds",
     "unlock": "hosts_cmds", "stage": "hosts_cmds",
     "verify": "verify_cmds", "baseline": "verify_cmds", "rollback": "verify_cmds",
+    "tune": "tune_cmds",
     "runs": "runs_cmds", "show": "runs_cmds", "diff": "runs_cmds",
     "manifest": "manifest",
 }

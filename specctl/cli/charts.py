@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import html
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 BARS = " ▁▂▃▄▅▆▇█"
@@ -17,30 +18,83 @@ def _spark(values: list[float | None]) -> str:
     return "".join("·" if v is None else BARS[1 + round((v - low) / span * (len(BARS) - 2))] for v in values)
 
 
+def _lines(points: list[dict[str, Any]]) -> list[tuple[str, str]]:
+    """(key, label) of every series to chart: accept length and output throughput, then, for runs
+    that measured several operating points, output throughput and speedup at each."""
+    at = sorted({int(k.rsplit("@", 1)[1]) for p in points for k in p if "@" in k})
+    return [("accept_length", "accept length"), ("output_tokens_per_s", "output tok/s"),
+            *((f"{key}@{c}", f"{label} @{c}") for c in at for key, label in (("output_tokens_per_s", "output tok/s"),
+                                                                            ("speedup", "speedup")))]
+
+
 def terminal_chart(series: dict[str, list[dict[str, Any]]]) -> str:
     if not series:
         return "no measured runs to chart"
     lines = []
     for profile, points in series.items():
-        for key, label in (("accept_length", "accept length"), ("output_tokens_per_s", "output tok/s")):
-            values = [p[key] for p in points]
+        for key, label in _lines(points):
+            values = [p.get(key) for p in points]
             known = [v for v in values if v is not None]
             rng = f"{min(known):.3g} .. {max(known):.3g}" if known else "-"
-            lines.append(f"{profile:<24} {label:<14} {_spark(values)}  ({rng}; {len(points)} runs, "
+            lines.append(f"{profile:<24} {label:<18} {_spark(values)}  ({rng}; {len(points)} runs, "
                          f"v{points[0]['version']} .. v{points[-1]['version']})")
     return "\n".join(lines)
 
 
-def html_report(series: dict[str, list[dict[str, Any]]]) -> str:
-    """A standalone HTML page: one SVG line chart per profile and metric, no scripts, no downloads."""
-    parts = ["<!doctype html><meta charset='utf-8'><title>specctl runs</title>",
-             "<style>body{font-family:sans-serif;margin:2em}svg{border:1px solid #ccc;margin:0 1em 1em 0}</style>",
+def html_report(series: dict[str, list[dict[str, Any]]], tunes: Sequence[Mapping[str, Any]] = ()) -> str:
+    """A standalone HTML page: one SVG line chart per profile and metric, no scripts, no downloads;
+    then, for each tune run given (its `tune --json` data), its candidates and heat map."""
+    parts = ["<!doctype html><meta charset='utf-8'><title>specctl runs</title>", _STYLE,
              "<h1>specctl: accept length and throughput over time</h1>"]
     for profile, points in series.items():
         parts.append(f"<h2>{html.escape(profile)}</h2>")
-        for key, label in (("accept_length", "accept length"), ("output_tokens_per_s", "output tokens/s")):
-            parts.append(_svg(label, [(p["run"], p["version"], p[key]) for p in points]))
+        for key, label in _lines(points):
+            parts.append(_svg(label, [(p["run"], p["version"], p.get(key)) for p in points]))
+    parts += [tune_section(t) for t in tunes]
     return "\n".join(parts) + "\n"
+
+
+_STYLE = ("<style>body{font-family:sans-serif;margin:2em}svg{border:1px solid #ccc;margin:0 1em 1em 0}"
+          "table{border-collapse:collapse;margin:0 0 1em}td,th{border:1px solid #ccc;padding:.3em .6em;text-align:right}</style>")
+
+
+def tune_report(tune: Mapping[str, Any]) -> str:
+    """A standalone HTML page of one tune run (`specctl tune --html`)."""
+    return "\n".join(["<!doctype html><meta charset='utf-8'><title>specctl tune</title>", _STYLE, tune_section(tune)]) + "\n"
+
+
+def tune_section(tune: Mapping[str, Any]) -> str:
+    """One tune run: every candidate's objective, interval, requests and outcome, and the heat map
+    of the objective over num_steps and the other setting that varied (darker: higher)."""
+    e = html.escape
+    objective = tune["objective"]
+    metric = f"{objective['metric']} @ concurrency {objective['concurrency']}"
+    rows = []
+    for c in tune["candidates"]:
+        iv = c.get("interval") or {}
+        outcome = "winner" if c["winner"] else f"failed: {c['failed']}" if c["failed"] else "eliminated" if c["eliminated"] else "kept"
+        rows.append(f"<tr><th>{e(c['key'])}{' (current)' if c['incumbent'] else ''}</th><td>{_fmt(c.get('estimate'))}</td>"
+                    f"<td>[{_fmt(iv.get('low'))}, {_fmt(iv.get('high'))}]</td><td>{c['requests']}</td><td>{e(outcome)}</td></tr>")
+    heat = tune["heat_map"]
+    values = [v for row in heat["cells"] for v in row if v is not None]
+    low, high = (min(values), max(values)) if values else (0.0, 1.0)
+    cells = []
+    for steps, row in zip(heat["row_values"], heat["cells"], strict=True):
+        tds = "".join("<td>-</td>" if v is None else
+                      f"<td style='background:rgba(30,140,60,{0.15 + 0.85 * (v - low) / ((high - low) or 1.0):.2f})'>{_fmt(v)}</td>"
+                      for v in row)
+        cells.append(f"<tr><th>{e(str(steps))}</th>{tds}</tr>")
+    head = "".join(f"<th>{e(str(c))}</th>" for c in heat["column_values"])
+    return "\n".join([
+        f"<h2>tune {e(str(tune['profile']))} v{tune['version']} on {e(str(tune['host']))} (run {e(str(tune['run']))})</h2>",
+        f"<p>{e(metric)}; {tune['requests']} requests (every candidate to the planned count: {tune['exhaustive_requests']}); "
+        f"{e(str(tune.get('level_note', '')))}</p>",
+        f"<table><tr><th>candidate</th><th>{e(metric)}</th><th>interval</th><th>requests</th><th>result</th></tr>{''.join(rows)}</table>",
+        f"<table aria-label='heat map'><tr><th>num_steps \\ {e(str(heat['columns']))}</th>{head}</tr>{''.join(cells)}</table>"])
+
+
+def _fmt(value: object) -> str:
+    return f"{value:.4g}" if isinstance(value, (int, float)) else "-"
 
 
 def _svg(label: str, points: list[tuple[str, int, float | None]]) -> str:

@@ -62,7 +62,7 @@ def baseline(ctx: typer.Context, profile: ProfileArg, hosts: HostsOpt = None, in
     from specctl.cli.views import baseline_view
     from specctl.flows import static
     from specctl.flows.baseline import baseline as baseline_flow
-    from specctl.verdict import gates
+    from specctl.verdict.points import baseline_rows
 
     output = command_output(ctx, json_mode)
     report = static.check(profile, offline=offline)
@@ -72,9 +72,7 @@ def baseline(ctx: typer.Context, profile: ProfileArg, hosts: HostsOpt = None, in
                   accept_new_host_key=accept_new_host_key) as rc:
         for host in targets:
             run_id, measured = baseline_flow(rc, report, host)
-            tput = gates.throughput(measured)
-            rows.append({"host": host.name, "run": run_id, "requests": len(measured.generations),
-                         "output_tokens_per_s": tput.to_dict() if tput else None})
+            rows += baseline_rows(host.name, run_id, measured)
     output.result({"baselines": rows}, baseline_view(rows))
 
 

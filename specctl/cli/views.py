@@ -94,23 +94,35 @@ def verdict_view(host: str, verdict: dict[str, object] | None) -> RenderableType
     summary = verdict.get("summary") or {}
     assert isinstance(summary, dict)
     summary = current(summary)
-    table = Table("gate", "measured", "95% interval", "threshold", "result", title_justify="left",
+    several = len(verdict.get("points") or []) > 1  # type: ignore[arg-type]
+    table = Table("gate", "measured", "interval (95 % over all points)" if several else "95% interval", "threshold", "result",
+                  title_justify="left",
                   title=f"{host}: {verdict.get('profile')} v{verdict.get('version')} release {verdict.get('release')}  "
                         f"{'PASS' if passed else 'FAIL'}  ({summary.get('requests', 0)} requests"
                         f"{', stopped early: decided' if verdict.get('stopped_early') else ''})")
     for g in verdict.get("gates") or []:  # type: ignore[attr-defined]
         iv = g.get("interval") or {}
         result = ("pass" if g["passed"] else "FAIL") + ("" if g["decided"] else " (undecided)")
-        table.add_row(g["name"], _num(iv.get("estimate")), f"[{_num(iv.get('low'))}, {_num(iv.get('high'))}] {iv.get('kind', '')}" if iv else g.get("note", "-"),
+        name = g["name"] + (f" @{g['concurrency']}" if g.get("concurrency") is not None else "")
+        table.add_row(name, _num(iv.get("estimate")), f"[{_num(iv.get('low'))}, {_num(iv.get('high'))}] {iv.get('kind', '')}" if iv else g.get("note", "-"),
                       f"{g['op']} {g['threshold']}", result)
-    per_node = summary.get("acceptance_rate_per") == "draft-tree node"  # eagle_topk > 1: sglang counts tree nodes
-    for label, key in (("accept length", "accept_length"),
-                       ("acceptance rate per tree node" if per_node else "acceptance rate", "acceptance_rate"),
-                       ("output tok/s", "output_tokens_per_s"), ("decode tok/s", "decode_tokens_per_s"),
-                       ("speedup (output tok/s)", "speedup"), ("TTFT s", "ttft_s")):
-        iv = summary.get(key)
-        if isinstance(iv, dict) and not any(g["name"] == key for g in verdict.get("gates") or []):  # type: ignore[attr-defined]
-            table.add_row(f"[dim]{label}[/]", _num(iv.get("estimate")), f"[{_num(iv.get('low'))}, {_num(iv.get('high'))}]", "-", "info")
+    points = verdict.get("points") or [{"concurrency": None, "summary": summary}]  # a verdict from before operating points
+    for point in points:  # type: ignore[attr-defined]
+        c = point.get("concurrency")
+        at = f" @{c}" if c is not None and len(points) > 1 else ""  # type: ignore[arg-type]
+        point_summary = current(point.get("summary") or {})
+        per_node = point_summary.get("acceptance_rate_per") == "draft-tree node"  # eagle_topk > 1: sglang counts tree nodes
+        for label, key in (("accept length", "accept_length"),
+                           ("acceptance rate per tree node" if per_node else "acceptance rate", "acceptance_rate"),
+                           ("output tok/s per request", "output_tokens_per_s"), ("decode tok/s", "decode_tokens_per_s"),
+                           ("speedup (output tok/s)", "speedup"), ("TTFT s", "ttft_s"), ("inter-token s", "inter_token_latency_s")):
+            iv = point_summary.get(key)
+            gated = any(g["name"] == key and g.get("concurrency") in (None, c) for g in verdict.get("gates") or [])  # type: ignore[attr-defined]
+            if isinstance(iv, dict) and not gated:
+                table.add_row(f"[dim]{label}{at}[/]", _num(iv.get("estimate")), f"[{_num(iv.get('low'))}, {_num(iv.get('high'))}]", "-", "info")
+        for label, key in (("total tok/s", "wall_tokens_per_s"), ("drafts per verify", "drafts_per_verify")):
+            if point_summary.get(key) is not None:
+                table.add_row(f"[dim]{label}{at}[/]", _num(point_summary[key]), "-", "-", "info")
     blocks: list[RenderableType] = [table]
     for d in verdict.get("drift") or []:  # type: ignore[attr-defined]
         blocks.append(Text.assemble(("  drift ", "bold red"), f"{d['field']}: plan {d['expected']!r}, server {d['reported']!r}"))
@@ -140,13 +152,17 @@ def show_reports(output: Output, reports: Sequence[HostReport], title: str) -> N
 
 
 def baseline_view(rows: Sequence[Mapping[str, Any]]) -> RenderableType:
-    """Each host's baseline run with its decode throughput (the data `baseline --json` prints)."""
+    """Each host's baseline run per operating point: output throughput per request (its interval)
+    and the server's total (the data `baseline --json` prints)."""
     from rich.table import Table
 
-    table = Table("host", "baseline run", "requests", "output tok/s (95% interval)", title="baseline", title_justify="left")
+    table = Table("host", "baseline run", "concurrency", "requests", "output tok/s per request (95% interval)", "total tok/s",
+                  title="baseline", title_justify="left")
     for r in rows:
         t = r["output_tokens_per_s"] or {}
-        table.add_row(r["host"], r["run"], str(r["requests"]), f"{t.get('estimate', 0):.1f} [{t.get('low', 0):.1f}, {t.get('high', 0):.1f}]")
+        table.add_row(r["host"], r["run"], str(r.get("concurrency", 1)), str(r["requests"]),
+                      f"{t.get('estimate', 0):.1f} [{t.get('low', 0):.1f}, {t.get('high', 0):.1f}]",
+                      _num(r.get("wall_tokens_per_s")))
     return table
 
 

@@ -62,6 +62,8 @@ class LaunchSpec:
     eagle_topk: int | None = None
     num_draft_tokens: int | None = None
     engine_version: str | None = None
+    adaptive: bool = False  # the engine changes num_steps at run time from the acceptance it sees
+    adaptive_config: str | None = None  # a file of tiers for it (a path the launch script expands)
 
 
 @dataclass(frozen=True)
@@ -96,8 +98,8 @@ class ParseAnswer:
 
 
 @dataclass(frozen=True)
-class DrafterProblem:
-    """Something in a drafter's config.json this engine version reads otherwise than its author meant."""
+class EngineProblem:
+    """Something in a profile or a drafter config this engine version would do otherwise than its author meant."""
 
     code: str  # a check code: drafter-format, drafter-ids-type
     error: bool  # the drafter cannot serve as meant (else a warning)
@@ -173,9 +175,18 @@ class Engine(Protocol):
         """The capture ids this engine reads from a drafter config.json (None: its default)."""
         ...
 
-    def drafter_problems(self, version: str, algorithm: str, config: Mapping[str, Any]) -> list[DrafterProblem]:
+    def drafter_problems(self, version: str, algorithm: str, config: Mapping[str, Any]) -> list[EngineProblem]:
         """Why this engine version would not load or read a drafter config as its author meant: a
         format it cannot load, a class that is not a drafter, ids that are not integers."""
+        ...
+
+    def adaptive_problems(self, version: str, algorithm: str, eagle_topk: int | None, args: Mapping[str, Any],
+                          tiers: Mapping[str, Any] | None) -> list[EngineProblem]:
+        """Why adaptive speculation, as the profile asks for it, would not run on this version."""
+        ...
+
+    def adaptive_tiers(self, version: str) -> dict[str, Any] | None:
+        """The version's built-in adaptive tiers (batch size -> settings), None where it has none."""
         ...
 
     def with_drafter_ids(self, config: Mapping[str, Any], ids: Sequence[int]) -> dict[str, Any]:

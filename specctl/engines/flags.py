@@ -1,11 +1,15 @@
-"""An engine's launch-flag catalog (argparse-shaped data generated from the real parser) and the
-validation and rendering of a profile's `engine.args` against it."""
+"""An engine's launch-flag catalogs (argparse-shaped data generated from the real parser of every
+release) and the validation and rendering of a profile's `engine.args` against them.
+
+Standard library only: scripts/gen_sglang_flags.py loads this file directly (under the sglang venv,
+without specctl installed) to write and read the store with the same code.
+"""
 
 from __future__ import annotations
 
 import difflib
 import json
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
@@ -64,10 +68,6 @@ class FlagCatalog:
 
     def __post_init__(self) -> None:
         self.index.update({f.lstrip("-"): flag for flag in self.flags for f in flag.flags})
-
-    @classmethod
-    def from_json(cls, path: Path) -> FlagCatalog:
-        return _load(path)
 
     def lookup(self, key: str) -> Flag | None:
         """Find a flag by `--name`, `name` or `name_with_underscores` (no prefix abbreviations)."""
@@ -161,12 +161,158 @@ def _value_problem(flag: Flag, key: str, value: Any) -> FlagProblem | None:
     return None
 
 
+# --- the shipped store: every release's catalog in one file ------------------------------------------
+#
+# Releases share most of their arguments, so the store keeps each distinct argument once, as a row of
+# FIELDS values ("records", numbered in order of first appearance, newest release first), and each
+# release as the edit of the next newer release that gives its rows in the order its parser registered
+# them: ["keep", position, count] takes `count` rows of the newer release from `position`, ["rows",
+# first, count] takes records first..first+count-1.  The newest release is one run, an older one a few
+# dozen, and the newest (the one most profiles pin) decodes without replaying any edit.  The generator
+# writes one release per line and the records last, one row per line, so that a reader parses only the
+# lines the asked-for release needs: a CLI's cold start stays cheap.
+
+FIELDS = ("flags", "dest", "action", "type", "nargs", "default", "choices", "required", "help")
+_RELEASES_KEY = b'\n "releases": {\n'
+_RECORDS_KEY = b'\n },\n "records": [\n'
+
+
+class StoreError(LookupError):
+    """The store has no catalog for a version; `failure` is the generator's reason when it tried and
+    could not build that release's parser (None: the version is outside the store)."""
+
+    def __init__(self, version: str, failure: str | None) -> None:
+        super().__init__(f"{version}: {failure or 'not in the store'}")
+        self.version = version
+        self.failure = failure
+
+
+@dataclass(frozen=True)
+class _Store:
+    engine: str
+    unavailable: dict[str, str]
+    releases: dict[str, bytes]  # version -> its line of the "releases" object, still JSON
+    data: bytes  # the whole file: record n is line first_record + n
+    first_record: int
+
+    def release(self, version: str) -> dict[str, Any]:
+        if version not in self.releases:
+            raise StoreError(version, self.unavailable.get(version))
+        entry: dict[str, Any] = json.loads(b"{" + self.releases[version].rstrip(b",") + b"}")[version]
+        return entry
+
+    def numbers_of(self, version: str) -> list[int]:
+        """The record numbers of a release's arguments, replaying the edits from the newest release."""
+        self.release(version)  # raises for a version the store does not have
+        numbers: list[int] = []
+        for name in reversed(self.releases):
+            numbers = _apply(numbers, self.release(name)["arguments"])
+            if name == version:
+                break
+        return numbers
+
+    def rows(self, numbers: Sequence[int]) -> list[list[Any]]:
+        """Records by number, parsed in one go; the lines past the last one asked for stay unsplit."""
+        first = self.first_record
+        lines = self.data.split(b"\n", first + max(numbers, default=0) + 1)
+        rows: list[list[Any]] = json.loads(b"[" + b",".join(lines[first + i].rstrip(b",") for i in numbers) + b"]")
+        return rows
+
+
 @cache
-def _load(path: Path) -> FlagCatalog:
-    data = json.loads(path.read_text())
-    flags = tuple(
-        Flag(tuple(a["flags"]), a["dest"], a["action"], a["type"], a["nargs"], a.get("default"),
-             tuple(a["choices"]) if a.get("choices") is not None else None, bool(a.get("required")))
-        for a in data["arguments"]
-    )
-    return FlagCatalog(data["engine"], data["version"], flags)
+def _store(path: Path) -> _Store:
+    data = path.read_bytes()
+    releases_at = data.find(_RELEASES_KEY)
+    records_at = data.find(_RECORDS_KEY, releases_at)
+    if releases_at < 0 or records_at < 0:
+        raise ValueError(f"{path}: not laid out as scripts/gen_sglang_flags.py writes it")
+    header = json.loads(data[:releases_at].rstrip().rstrip(b",") + b"}")
+    releases = data[releases_at + len(_RELEASES_KEY):records_at].split(b"\n")
+    lines = {line.split(b'"', 2)[1].decode(): line for line in releases if line}
+    first_record = data.count(b"\n", 0, records_at + len(_RECORDS_KEY))
+    return _Store(header["engine"], header["unavailable"], lines, data, first_record)
+
+
+def _apply(newer: list[int], edit: Iterable[Sequence[Any]]) -> list[int]:
+    numbers: list[int] = []
+    for source, first, count in edit:
+        numbers.extend(newer[first:first + count] if source == "keep" else range(first, first + count))
+    return numbers
+
+
+def shipped_versions(path: Path) -> tuple[str, ...]:
+    """The versions with a catalog in the store, oldest first."""
+    return tuple(_store(path).releases)
+
+
+def unavailable_versions(path: Path) -> dict[str, str]:
+    """Versions the generator was asked for but could not build a parser for, with the reason."""
+    return dict(_store(path).unavailable)
+
+
+def release_entry(path: Path, version: str) -> dict[str, Any]:
+    """One release as the generator produced it: `arguments` (dicts in FIELDS order) plus its metadata."""
+    store = _store(path)
+    rows = store.rows(store.numbers_of(version))
+    metadata = {key: value for key, value in store.release(version).items() if key != "arguments"}
+    return {"arguments": [dict(zip(FIELDS, row, strict=True)) for row in rows], **metadata}
+
+
+@cache
+def load_catalog(path: Path, version: str) -> FlagCatalog:
+    """The catalog of one release (StoreError when the store has none for it)."""
+    store = _store(path)
+    return FlagCatalog(store.engine, version, tuple(_flag(row) for row in store.rows(store.numbers_of(version))))
+
+
+def _flag(row: Sequence[Any]) -> Flag:
+    flags, dest, action, type_, nargs, default, choices, required = row[:8]
+    return Flag(tuple(flags), dest, action, type_, nargs, default, tuple(choices) if choices is not None else None, bool(required))
+
+
+def encode_store(engine: str, releases: Mapping[str, Mapping[str, Any]], unavailable: Mapping[str, str],
+                 meta: Mapping[str, Any]) -> str:
+    """The store's text for `releases` (version -> {"arguments": [dicts], other metadata}, oldest
+    first) and the versions that have no catalog, with why."""
+    numbers: dict[str, int] = {}
+    edits: dict[str, list[list[Any]]] = {}
+    newer: list[int] = []
+    for version in reversed(list(releases)):
+        rows = [numbers.setdefault(_row_text(argument), len(numbers)) for argument in releases[version]["arguments"]]
+        edits[version], newer = _edit(newer, rows), rows
+    encoded = {version: {"arguments": edits[version], **{k: v for k, v in entry.items() if k != "arguments"}}
+               for version, entry in releases.items()}
+    out = ["{"]
+    out += [f" {json.dumps(key)}: {json.dumps(value, ensure_ascii=False)}," for key, value in meta.items()]
+    out.append(f' "engine": {json.dumps(engine)},')
+    out.append(f' "fields": {json.dumps(list(FIELDS))},')
+    out.append(' "unavailable": {' + "".join(
+        f"\n  {json.dumps(v)}: {json.dumps(why, ensure_ascii=False)}," for v, why in unavailable.items()).rstrip(",")
+        + ("\n " if unavailable else "") + "},")
+    out.append(' "releases": {')
+    out.append(",\n".join(f"  {json.dumps(v)}: {json.dumps(e, ensure_ascii=False)}" for v, e in encoded.items()))
+    out.append(" },")
+    out.append(' "records": [')
+    out.append(",\n".join(numbers))
+    out.append(" ]")
+    out.append("}")
+    return "\n".join(out) + "\n"
+
+
+def _edit(newer: list[int], rows: list[int]) -> list[list[Any]]:
+    """The runs that turn the newer release's rows into these (as few as difflib finds)."""
+    runs: list[list[Any]] = []
+    for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(None, newer, rows, autojunk=False).get_opcodes():
+        if tag == "equal":
+            runs.append(["keep", i1, i2 - i1])
+            continue
+        for row in rows[j1:j2]:  # replaced or inserted (nothing for a deletion)
+            if runs and runs[-1][0] == "rows" and runs[-1][1] + runs[-1][2] == row:
+                runs[-1][2] += 1
+            else:
+                runs.append(["rows", row, 1])
+    return runs
+
+
+def _row_text(argument: Mapping[str, Any]) -> str:
+    return json.dumps([argument.get(name) for name in FIELDS], ensure_ascii=False)

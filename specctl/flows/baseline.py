@@ -23,8 +23,8 @@ from specctl.profile.profile import Profile
 from specctl.release.documents import read_release
 from specctl.release.staging import host_env, profile_checkpoints
 from specctl.verdict.client import EngineClient
-from specctl.verdict.measure import Measurement, measure, warm_up
-from specctl.verdict.summary import summarize
+from specctl.verdict.measure import warm_up
+from specctl.verdict.points import Baseline, PointResult, baseline_from_dict, measure_points, measurements_dict
 
 BASELINE_MODES = ("auto", "ledger", "skip")  # run one when missing / only use a recorded one / no speedup gate
 BASELINE_SUFFIX = "-baseline"
@@ -32,14 +32,17 @@ BASELINE_SUFFIX = "-baseline"
 
 def baseline_key(profile: Profile, workload_sha256: str) -> str:
     """What makes a baseline comparable: target and revision, TP, GPU type, engine and version, workload."""
-    key = {"target": profile.target.model, "revision": profile.target.revision, "tp": profile.parallel.tp,
+    key: dict[str, object] = {"target": profile.target.model, "revision": profile.target.revision, "tp": profile.parallel.tp,
            "nnodes": profile.parallel.nnodes, "gpu": profile.hardware.gpu, "engine": profile.engine.name,
            "engine_version": profile.engine.version, "workload_sha256": workload_sha256,
            "max_new_tokens": profile.verify.max_new_tokens, "temperature": profile.verify.temperature}
+    v = profile.verify
+    if v.points != (1,) or v.request_rate or v.stream:  # only then: a key from before operating points stays valid
+        key |= {"points": list(v.points), "request_rate": v.request_rate, "stream": v.stream}
     return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def baseline(ctx: Context, report: CheckReport, host: HostSpec) -> tuple[str, Measurement]:
+def baseline(ctx: Context, report: CheckReport, host: HostSpec) -> tuple[str, Baseline]:
     """Serve the profile's target without speculation on `host`, measure it, record it."""
     profile = report.inputs.profile
     name, v = profile.metadata.name, profile.verify
@@ -57,15 +60,14 @@ def baseline(ctx: Context, report: CheckReport, host: HostSpec) -> tuple[str, Me
                             clear=(name, name + BASELINE_SUFFIX), checkpoints=profile_checkpoints(profile, baseline=True),
                             stage_env=host_env(profile.engine.env, host.hf_home))
             walk = Walk(rec.events(host.name), before=ctx.cancel.check)
-            measured: list[Measurement] = []
+            measured: list[list[PointResult]] = []
 
             def measure_stage() -> None:
                 client = EngineClient(f"http://{session.transport.address}:{profile.engine.port}", cancel=ctx.cancel)
-                prompts = release_prompts(change.release, read_release(change.release), report.inputs.engine)
+                prompts = release_prompts(change.release, read_release(change.release), report.inputs.engine, ids=v.stream)
                 warm_up(client, prompts, max_new_tokens=v.max_new_tokens, temperature=v.temperature)
-                measured.append(measure(client, prompts, requests=v.requests, max_new_tokens=v.max_new_tokens,
-                                        temperature=v.temperature, cancelled=lambda: ctx.cancel.cancelled,
-                                        on_request=lambda i, g: session.progress(f"baseline request {i + 1}/{v.requests}")))
+                measured.append(measure_points(client, prompts, v, gated=False, cancelled=lambda: ctx.cancel.cancelled,
+                                               progress=lambda text: session.progress(f"baseline {text}")))
                 ctx.cancel.check()
 
             walk.run([*change.stages(), Stage("measure", measure_stage)])
@@ -73,27 +75,28 @@ def baseline(ctx: Context, report: CheckReport, host: HostSpec) -> tuple[str, Me
             if walk.undo_errors:  # measured, but the host was not given back: say so, never report success
                 raise HostError(f"{host.name}: the baseline was measured but the host was not given back: "
                                 + "; ".join(walk.undo_errors), host=host.name, fix="run `specctl status`, then deploy or roll back")
-        result = measured[0]
-        summary = summarize(result, None, sequential=False, planned_n=0)
+        points = measured[0]
+        summary = points[0].summary
         rec.host(host.name, release=rec.run_id, commands=[list(n.argv) for n in the_plan.nodes],
-                 measurements=result.to_dict(), verdict={"summary": summary}, passed=True)
+                 measurements=measurements_dict(points),
+                 verdict={"summary": summary, "points": [p.to_dict() for p in points]}, passed=True)
         rec.outcome.verdict = {"passed": True, "summary": summary}
-    return rec.run_id, result
+    return rec.run_id, {p.concurrency: p.measurement for p in points}
 
 
-def find_baseline(ctx: Context, key: str, host: str) -> tuple[str, Measurement] | None:
+def find_baseline(ctx: Context, key: str, host: str) -> tuple[str, Baseline] | None:
     found = ctx.ledger.latest_baseline(key, host)
     if found is None:
         return None
     record = next((h for h in found.host_records if h.measurements), None)
-    return (found.id, Measurement.from_dict(record.measurements)) if record and record.measurements else None
+    return (found.id, baseline_from_dict(record.measurements)) if record and record.measurements else None
 
 
-def baseline_for(session: HostSession, run_id: str, report: CheckReport | None, mode: str) -> tuple[str, Measurement] | None:
+def baseline_for(session: HostSession, run_id: str, report: CheckReport | None, mode: str) -> tuple[str, Baseline] | None:
     """The baseline that release `run_id` is compared with: recorded, or (mode auto, with the
     profile's report at hand) measured now."""
     docs = session.docs(run_id)
-    if mode == "skip" or docs.profile.verify.min_speedup is None:
+    if mode == "skip" or not docs.profile.verify.min_speedup:
         return None
     found = find_baseline(session.ctx, baseline_key(docs.profile, docs.workload.sha256), session.name)
     if found is None and mode == "auto" and report is not None:

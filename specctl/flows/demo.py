@@ -177,6 +177,7 @@ def run_demo(workdir: Path, *, port: int = 31000, requests: int = 24, cancel: Ca
     from specctl.ledger.history import brief, metrics, run_diff
     from specctl.ledger.ledger import Ledger
     from specctl.verdict import gates
+    from specctl.verdict.points import baseline_rows
 
     need_reference_engine()
     workdir = workdir.absolute()
@@ -221,9 +222,8 @@ def run_demo(workdir: Path, *, port: int = 31000, requests: int = 24, cancel: Ca
         first = deploy_step("deploy-v1", report1)
         line = as_command(_line("baseline", v1, "--inventory", inventory, "--ledger", ledger_file))
         base_run, measured = baseline(ctx, report1, host)
-        base_tput = gates.throughput(measured)
-        step("baseline", line, {"baselines": [{"host": host.name, "run": base_run, "requests": len(measured.generations),
-                                                      "output_tokens_per_s": base_tput.to_dict() if base_tput else None}]})
+        base_tput = gates.throughput(measured[1])
+        step("baseline", line, {"baselines": baseline_rows(host.name, base_run, measured)})
         report2 = static.check(v2)
         second = deploy_step("deploy-v2", report2, "--skip-check")
 

@@ -31,10 +31,10 @@ printf '%s\n' "$out"
 RENDER_TIMEOUT_S = 300.0  # a tokenizer load from a cold disk, with trust_remote_code
 
 
-def release_prompts(release: Release, docs: ReleaseDocs, engine: Engine) -> Prompts:
+def release_prompts(release: Release, docs: ReleaseDocs, engine: Engine, *, ids: bool = False) -> Prompts:
     """What to send this release's server: its workload, through the route its engine version answers
-    with counters on."""
-    if engine.http_contract(docs.profile.engine.version).chat_meta_info:
+    with counters on; `ids` renders the ids whatever the version (streaming needs the native route)."""
+    if not ids and engine.http_contract(docs.profile.engine.version).chat_meta_info:
         return Prompts(docs.workload)
     t = release.transport
     command = engine.chat_ids_command(docs.profile.engine.python, docs.commands()[0])
@@ -46,13 +46,14 @@ def release_prompts(release: Release, docs: ReleaseDocs, engine: Engine) -> Prom
         answer = json.loads(lines[-1])
     except (ValueError, IndexError):
         answer = {"error": f"exit {done.rc}: " + " | ".join((done.stderr or done.stdout).strip().splitlines()[-3:])}
-    ids = answer.get("ids") if isinstance(answer, dict) else None
-    if not isinstance(ids, list) or len(ids) != len(docs.workload.requests):
+    rendered = answer.get("ids") if isinstance(answer, dict) else None
+    if not isinstance(rendered, list) or len(rendered) != len(docs.workload.requests):
         why = answer.get("error") if isinstance(answer, dict) else None
         raise HostError(
-            f"{t.name}: {docs.profile.engine.name} {docs.profile.engine.version}'s chat endpoint returns no speculative "
-            f"counters, and the workload could not be rendered with the model's tokenizer for /generate: "
+            f"{t.name}: verify sends the workload to {docs.profile.engine.name} {docs.profile.engine.version}'s native "
+            f"/generate (streamed, or its chat endpoint returns no speculative counters), and the workload could not "
+            f"be rendered with the model's tokenizer: "
             f"{why or 'an answer without ids'}", host=t.name,
             fix="make the target's tokenizer files (with a chat template) loadable by the engine's Python on the host, "
                 "or pin an engine version from 0.5.13 on")
-    return Prompts(docs.workload, tuple(tuple(int(i) for i in request) for request in ids))
+    return Prompts(docs.workload, tuple(tuple(int(i) for i in request) for request in rendered))

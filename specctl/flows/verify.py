@@ -29,15 +29,10 @@ from specctl.release import release as rel
 from specctl.verdict import gates as gate
 from specctl.verdict import stats
 from specctl.verdict.client import EngineClient, EngineHTTPError
-from specctl.verdict.measure import Measurement, measure, warm_up
-from specctl.verdict.summary import summarize
+from specctl.verdict.measure import warm_up
+from specctl.verdict.points import Baseline, PointResult, measure_points, measurements_dict
 
 REQUEST_DEADLINE_S = 600.0  # one request of the workload, start to finish
-
-
-def gate_spec(profile: Profile) -> gate.GateSpec:
-    v = profile.verify
-    return gate.GateSpec(v.min_accept_length, v.min_speedup, v.max_ttft_s)
 
 
 @dataclass
@@ -50,12 +45,23 @@ class HostVerdict:
     version: int
     findings: list[Finding] = field(default_factory=list)
     drift: list[dict[str, Any]] = field(default_factory=list)
-    gates: list[gate.GateResult] = field(default_factory=list)
-    summary: dict[str, Any] = field(default_factory=dict)
-    stopped_early: bool = False
+    points: list[PointResult] = field(default_factory=list)
+    route: str | None = None
     baseline_run: str | None = None
     facts: dict[str, Any] = field(default_factory=dict)
-    measurement: Measurement | None = None
+
+    @property
+    def gates(self) -> list[gate.GateResult]:
+        return [g for p in self.points for g in p.gates]
+
+    @property
+    def summary(self) -> dict[str, Any]:
+        """The first operating point's summary (the headline), with how the requests were sent."""
+        return {**(self.points[0].summary if self.points else {}), **({"route": self.route} if self.route else {})}
+
+    @property
+    def stopped_early(self) -> bool:
+        return bool(self.points) and all(p.stopped_early for p in self.points)
 
     @property
     def passed(self) -> bool:
@@ -66,7 +72,7 @@ class HostVerdict:
         return {"host": self.host, "release": self.release, "profile": self.profile, "version": self.version,
                 "passed": self.passed, "findings": [f.to_dict() for f in self.findings], "drift": self.drift,
                 "gates": [g.to_dict() for g in self.gates], "summary": self.summary, "stopped_early": self.stopped_early,
-                "baseline_run": self.baseline_run}
+                "points": [p.to_dict() for p in self.points], "baseline_run": self.baseline_run}
 
 
 def drift(expected: dict[str, str], reported: dict[str, str | None]) -> list[dict[str, Any]]:
@@ -86,7 +92,7 @@ def _same_number(a: str | None, b: str | None) -> bool:
         return False
 
 
-def verify_release(session: HostSession, run_id: str, *, baseline: tuple[str, Measurement] | None = None) -> HostVerdict:
+def verify_release(session: HostSession, run_id: str, *, baseline: tuple[str, Baseline] | None = None) -> HostVerdict:
     """Verify the running server of release `run_id` on the session's host."""
     t = session.transport
     docs = session.docs(run_id)
@@ -110,32 +116,17 @@ def verify_release(session: HostSession, run_id: str, *, baseline: tuple[str, Me
     expected = engine.expected_server_args(docs.plan["nodes"][0]["argv"], session.release(run_id).dir, profile.engine.version)
     verdict.drift = drift(expected, engine.reported_server_args(info))
     v = profile.verify
-    spec = gate_spec(profile)
     contract = engine.http_contract(profile.engine.version)
     no_counters = gate.NO_COUNTERS if contract.spec_counters else (
         f"sglang {profile.engine.version} reports no speculative counters (meta_info.spec_verify_ct first appears "
         "in 0.4.2), so verify cannot measure accept length on it")
-    base = baseline[1] if baseline else None
-    prompts = release_prompts(session.release(run_id), docs, engine)
+    prompts = release_prompts(session.release(run_id), docs, engine, ids=v.stream)
+    verdict.route = prompts.route + (" (streamed)" if v.stream else "")
     warm_up(client, prompts, max_new_tokens=v.max_new_tokens, temperature=v.temperature)
-
-    def decided(m: Measurement) -> bool:
-        if len(m.generations) < stats.MIN_SAMPLES:
-            return False
-        gates = gate.evaluate(spec, m, base, sequential=True, planned_n=v.requests, no_counters=no_counters)
-        return bool(gates) and gate.all_decided(gates)
-
-    measured = measure(client, prompts, requests=v.requests, max_new_tokens=v.max_new_tokens, temperature=v.temperature,
-                       on_request=lambda i, g: session.progress(f"request {i + 1}/{v.requests}"), enough=decided,
-                       cancelled=lambda: cancel.cancelled)
+    verdict.points = measure_points(client, prompts, v, baseline=baseline[1] if baseline else None,
+                                    eagle_topk=profile.speculative.eagle_topk, no_counters=no_counters,
+                                    progress=session.progress, cancelled=lambda: cancel.cancelled)
     cancel.check()
-    verdict.stopped_early = len(measured.generations) < v.requests
-    verdict.measurement = measured
-    verdict.gates = gate.evaluate(spec, measured, base, sequential=verdict.stopped_early, planned_n=v.requests,
-                                  no_counters=no_counters)
-    verdict.summary = summarize(measured, base, sequential=verdict.stopped_early, planned_n=v.requests,
-                                eagle_topk=profile.speculative.eagle_topk)
-    verdict.summary["route"] = prompts.route
     return verdict
 
 
@@ -146,7 +137,7 @@ def verify_and_record(rec: Recorder, session: HostSession, run_id: str, *, repor
     verdict = verify_release(session, run_id, baseline=baseline_for(session, run_id, report, baseline_mode))
     verdict.findings = [*extra_findings, *verdict.findings]
     rec.host(session.name, release=run_id, facts=verdict.facts, commands=session.docs(run_id).commands(),
-             measurements=verdict.measurement.to_dict() if verdict.measurement else None,
+             measurements=measurements_dict(verdict.points) if verdict.points else None,
              verdict=verdict.to_dict(), passed=verdict.passed)
     release = session.release(run_id)
     keep_verdict(release, verdict.passed, rec.run_id)

@@ -37,18 +37,31 @@ def find_run(book: Ledger, ref: str) -> Run:
     return book.get(ref)
 
 
+HEADLINE = ("accept_length", "acceptance_rate", "output_tokens_per_s", "decode_tokens_per_s", "speedup", "ttft_s")
+PER_POINT = ("accept_length", "output_tokens_per_s", "speedup", "ttft_s")
+
+
 def metrics(run: Run) -> dict[str, float | None]:
-    """The headline numbers of a run: from its first host that measured something."""
-    out: dict[str, float | None] = {"accept_length": None, "acceptance_rate": None, "output_tokens_per_s": None,
-                                    "decode_tokens_per_s": None, "speedup": None, "ttft_s": None}
+    """The headline numbers of a run, from its first host that measured something: its first
+    operating point's, and when it measured several, each point's as `key@concurrency`."""
+    out: dict[str, float | None] = dict.fromkeys(HEADLINE)
     for record in run.host_records:
-        summary = current((record.verdict or {}).get("summary") or {})
-        if summary:
-            for key in out:
-                value = summary.get(key)
-                out[key] = value.get("estimate") if isinstance(value, dict) else None
-            break
+        verdict = record.verdict or {}
+        summary = current(verdict.get("summary") or {})
+        if not summary:
+            continue
+        out |= {key: _estimate(summary.get(key)) for key in HEADLINE}
+        points = verdict.get("points") or []
+        if len(points) > 1:
+            for point in points:
+                point_summary = current(point.get("summary") or {})
+                out |= {f"{key}@{point['concurrency']}": _estimate(point_summary.get(key)) for key in PER_POINT}
+        break
     return out
+
+
+def _estimate(value: Any) -> float | None:
+    return value.get("estimate") if isinstance(value, dict) else None
 
 
 def brief(run: Run) -> dict[str, Any]:
@@ -86,8 +99,14 @@ def run_diff(a: Run, b: Run) -> dict[str, list[dict[str, Any]]]:
         "capture": rows(flatten(a.inputs.get("capture") or {}), flatten(b.inputs.get("capture") or {})),
         "commands": commands,
         "facts": [r for r in rows(flatten(first(a, "facts") or {}), flatten(first(b, "facts") or {})) if r["field"] not in skip],
-        "measurements": [{"field": k, "a": metrics(a)[k], "b": metrics(b)[k]} for k in metrics(a)],
+        "measurements": _measured(metrics(a), metrics(b)),
     }
+
+
+def _measured(a: dict[str, float | None], b: dict[str, float | None]) -> list[dict[str, Any]]:
+    """Every measured value side by side: the headline first, then the operating points either run has."""
+    keys = [*HEADLINE, *sorted((set(a) | set(b)) - set(HEADLINE), key=lambda k: (int(k.rsplit("@", 1)[1]), k))]
+    return [{"field": k, "a": a.get(k), "b": b.get(k)} for k in keys]
 
 
 def _argv_changes(a: list[str], b: list[str]) -> list[str]:
@@ -100,6 +119,5 @@ def trend(found: list[Run]) -> dict[str, list[dict[str, Any]]]:
     for r in found:
         m = metrics(r)
         if r.profile and r.kind != "baseline" and (m["accept_length"] is not None or m["output_tokens_per_s"] is not None):
-            series.setdefault(r.profile, []).append({"run": r.id, "at": r.started_at, "version": r.profile_version,
-                                                     "accept_length": m["accept_length"], "output_tokens_per_s": m["output_tokens_per_s"]})
+            series.setdefault(r.profile, []).append({"run": r.id, "at": r.started_at, "version": r.profile_version, **m})
     return series

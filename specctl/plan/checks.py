@@ -40,6 +40,7 @@ CODES: dict[str, str] = {
     "draft-vocab-key": "an untied EAGLE-3 drafter config has no draft_vocab_size key",
     "aux-disabled": "eagle_config.use_aux_hidden_state is false: nothing is captured",
     "ids-top-level": "the drafter config has top-level ids that the engine's capture ignores",
+    "spec-adaptive": "adaptive speculation cannot run as asked: a release without it, or settings that turn it off",
     "drafter-format": "the engine version cannot load the drafter as an EAGLE-3 drafter (format, class, or release)",
     "drafter-ids-type": "the drafter's capture ids are not plain integers: what the engine makes of them",
     "algorithm-drafter": "an EAGLE-3 drafter is served with a non-EAGLE3 algorithm (silent fc skip)",
@@ -341,6 +342,10 @@ def _speculative(inputs: Inputs, _: CaptureResolution | None) -> Iterator[Findin
             yield _f("spec-rewrite", W, f"{rewrite.field} {rewrite.given} becomes {rewrite.effective}: {rewrite.reason}",
                      f"set {rewrite.field}: {rewrite.effective} so the profile says what runs", rewrite.field,
                      given=rewrite.given, effective=rewrite.effective)
+    if s.adaptive:
+        for problem in inputs.engine.adaptive_problems(p.engine.version, s.algorithm, s.eagle_topk, p.engine.args,
+                                                       s.adaptive_config()):
+            yield _f(problem.code, E if problem.error else W, problem.message, problem.fix, "speculative.adaptive")
 
 
 @check

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from specctl.constants import OVERLAY_DIR, OVERLAY_PATH
+from specctl.constants import ADAPTIVE_FILE, ADAPTIVE_PATH, OVERLAY_DIR, OVERLAY_PATH
 from specctl.engines import LaunchSpec
 from specctl.plan.capture import layers_of
 from specctl.plan.inputs import Inputs
@@ -49,6 +49,7 @@ class Plan:
     overlay: OverlayPlan | None
     secrets: tuple[str, ...]
     capture: dict[str, Any] | None
+    files: dict[str, Any] = field(default_factory=dict)  # JSON documents the argv names inside the release
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -69,6 +70,7 @@ def build_plan(inputs: Inputs, resolution: CaptureResolution | None, *, baseline
     if p.drafter is not None and not baseline:
         drafter, drafter_revision = (OVERLAY_PATH, None) if overlay else (p.drafter.model, p.drafter.revision)
     node0 = node0_address or (p.hosts[0] if p.hosts else None)
+    adaptive_config = None if baseline else p.speculative.adaptive_config()
     env = dict(p.engine.env)
     if staged and any(not is_local_path(m) for m in (p.target.model, *([drafter] if drafter else []))):
         env.setdefault("HF_HUB_OFFLINE", "1")  # deploy stages the Hub checkpoints first: start from them, fetch nothing else
@@ -80,7 +82,8 @@ def build_plan(inputs: Inputs, resolution: CaptureResolution | None, *, baseline
             dist_init_addr=f"{node0}:{p.parallel.dist_init_port}" if p.parallel.nnodes > 1 and node0 else None,
             drafter=drafter, drafter_revision=drafter_revision, algorithm=p.speculative.algorithm,
             num_steps=p.speculative.num_steps, eagle_topk=p.speculative.eagle_topk, num_draft_tokens=p.speculative.num_draft_tokens,
-            engine_version=p.engine.version,
+            engine_version=p.engine.version, adaptive=bool(p.speculative.adaptive) and not baseline,
+            adaptive_config=ADAPTIVE_PATH if adaptive_config is not None else None,
         )
         argv = inputs.engine.argv(spec)
         if p.engine.args:
@@ -88,7 +91,8 @@ def build_plan(inputs: Inputs, resolution: CaptureResolution | None, *, baseline
         host = p.hosts[rank] if rank < len(p.hosts) else None
         nodes.append(NodePlan(rank, host, tuple(argv), dict(env)))
     return Plan(p.metadata.name, p.metadata.version, inputs.profile_sha256, p.engine.name, p.engine.version, baseline,
-                tuple(nodes), overlay, tuple(p.secrets), None if baseline else _capture_summary(resolution))
+                tuple(nodes), overlay, tuple(p.secrets), None if baseline else _capture_summary(resolution),
+                {ADAPTIVE_FILE: adaptive_config} if adaptive_config is not None else {})
 
 
 def _overlay(inputs: Inputs, r: CaptureResolution | None) -> OverlayPlan | None:

@@ -8,20 +8,21 @@ import itertools
 import json
 import shlex
 
-from specctl.constants import OVERLAY_PATH, RELEASE_DIR_VAR
+from specctl.constants import ADAPTIVE_PATH, OVERLAY_PATH, RELEASE_DIR_VAR
 from specctl.plan.plan import NodePlan, Plan
 
 
 def quote(word: str) -> str:
-    """Quote one argv word for sh; the overlay path alone keeps its variable expandable.
+    """Quote one argv word for sh; the paths into the release (the drafter overlay, the adaptive
+    tiers) alone keep the release directory's variable expandable.
 
     Characters that are not printable (ESC, other controls, bidi overrides) are legal in a value but
     would act on the terminal that shows the script, so they are written as octal escapes of a
     `printf` joined into the same word. Newline and tab stay literal inside single quotes: command
     substitution would strip a trailing newline.
     """
-    if word == OVERLAY_PATH:
-        return OVERLAY_PATH.replace(f"${{{RELEASE_DIR_VAR}}}", f'"${{{RELEASE_DIR_VAR}}}"')
+    if word in (OVERLAY_PATH, ADAPTIVE_PATH):
+        return word.replace(f"${{{RELEASE_DIR_VAR}}}", f'"${{{RELEASE_DIR_VAR}}}"')
     if all(map(_shows, word)):
         return shlex.quote(word)
     pieces = []

@@ -6,7 +6,7 @@ import difflib
 import re
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, Strict, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
 from specctl.gpus import GPUS
@@ -102,11 +102,32 @@ class Drafter(Target):
     ] = None
 
 
+class AdaptiveTier(StrictModel):
+    """One batch-size tier of sglang's adaptive speculation: the steps it may choose among, and its
+    knobs (sglang's defaults where left out)."""
+
+    candidate_steps: Annotated[list[Annotated[int, Field(ge=0)]], Field(min_length=1)]
+    ema_alpha: Annotated[float | None, Field(gt=0, le=1)] = None
+    update_interval: Annotated[int | None, Field(ge=1)] = None
+    warmup_batches: Annotated[int | None, Field(ge=0)] = None
+    up_hysteresis: float | None = None
+    down_hysteresis: float | None = None
+    ceiling_coeff: float | None = None
+
+
 class Speculative(StrictModel):
     algorithm: Literal["EAGLE3", "EAGLE", "NEXTN", "STANDALONE"] = "EAGLE3"
     num_steps: Annotated[int | None, Field(ge=1)] = None
     eagle_topk: Annotated[int | None, Field(ge=1)] = None
     num_draft_tokens: Annotated[int | None, Field(ge=1)] = None
+    # sglang's adaptive speculation: true for its built-in tiers, or tiers by batch size ({1: {...}, 8: {...}})
+    adaptive: bool | dict[Annotated[int, Strict(False), Field(ge=1)], AdaptiveTier] = False
+
+    def adaptive_config(self) -> dict[str, Any] | None:
+        """The tiers as sglang's --speculative-adaptive-config file holds them (None: built-in or off)."""
+        if not isinstance(self.adaptive, dict):
+            return None
+        return {str(bs): tier.model_dump(exclude_none=True) for bs, tier in sorted(self.adaptive.items())}
 
 
 class Parallel(StrictModel):
@@ -158,14 +179,69 @@ class Engine(StrictModel):
         return env
 
 
+# a gate's threshold: one for every operating point, or per concurrency ({1: 1.3, 16: 1.0}; keys may
+# come back from JSON as text, so they alone are coerced)
+Concurrency = Annotated[int, Strict(False), Field(ge=1)]
+
+
 class Verify(StrictModel):
     workload: Annotated[str, Field(description="a built-in prompt set name or a file path")] = "chat-small"
     requests: Annotated[int, Field(ge=1)] = 32
     max_new_tokens: Annotated[int, Field(ge=1)] = 128
     temperature: Annotated[float, Field(ge=0)] = 0.0
-    min_accept_length: Annotated[float | None, Field(ge=1)] = None
-    min_speedup: Annotated[float | None, Field(gt=0)] = None
-    max_ttft_s: Annotated[float | None, Field(gt=0)] = None
+    concurrency: Annotated[int, Field(ge=1)] | list[Annotated[int, Field(ge=1)]] = 1
+    request_rate: Annotated[float | None, Field(gt=0)] = None
+    stream: bool = False
+    min_accept_length: Annotated[float, Field(ge=1)] | dict[Concurrency, Annotated[float, Field(ge=1)]] | None = None
+    min_speedup: Annotated[float, Field(gt=0)] | dict[Concurrency, Annotated[float, Field(gt=0)]] | None = None
+    max_ttft_s: Annotated[float, Field(gt=0)] | dict[Concurrency, Annotated[float, Field(gt=0)]] | None = None
+
+    @property
+    def points(self) -> tuple[int, ...]:
+        """The operating points measured, in order: each concurrency once, ascending."""
+        levels = self.concurrency if isinstance(self.concurrency, list) else [self.concurrency]
+        return tuple(sorted(set(levels)))
+
+    def threshold(self, gate: str, concurrency: int) -> float | None:
+        """A gate's threshold at one operating point (None: not gated there)."""
+        value = getattr(self, gate)
+        return value.get(concurrency) if isinstance(value, dict) else value
+
+    @model_validator(mode="after")
+    def _thresholds_name_points(self) -> Verify:
+        if isinstance(self.concurrency, list) and (not self.concurrency or len(set(self.concurrency)) != len(self.concurrency)):
+            raise PydanticCustomError("concurrency_list", "concurrency must list each level once",
+                                      {"at": "concurrency", "fix": "write e.g. [1, 4, 16]"})
+        for gate in ("min_accept_length", "min_speedup", "max_ttft_s"):
+            value = getattr(self, gate)
+            stray = sorted(set(value) - set(self.points)) if isinstance(value, dict) else []
+            if stray:
+                raise PydanticCustomError(
+                    "threshold_point", "{gate} names concurrency {stray}, which verify.concurrency does not measure",
+                    {"gate": gate, "stray": stray, "at": gate,
+                     "fix": f"add {stray} to verify.concurrency, or remove it from {gate}"})
+        return self
+
+
+class TuneObjective(StrictModel):
+    """What `specctl tune` maximises: a throughput at one operating point."""
+
+    metric: Annotated[Literal["output_tokens_per_s", "decode_tokens_per_s"],
+                      Field(description="Σ tokens / Σ e2e per request (output) or after the first token (decode)")] = "output_tokens_per_s"
+    concurrency: Annotated[Concurrency | None, Field(description="the operating point (default: verify's highest)")] = None
+
+
+class Tune(StrictModel):
+    """The speculative settings `specctl tune` searches: every combination of the lists, measured at
+    the objective's operating point (`num_draft_tokens` empty: eagle_topk 1's rule, num_steps + 1)."""
+
+    num_steps: Annotated[list[Annotated[int, Field(ge=1)]], Field(min_length=1)] = [1, 2, 3, 4, 5]
+    eagle_topk: Annotated[list[Annotated[int, Field(ge=1)]], Field(min_length=1)] = [1]
+    num_draft_tokens: list[Annotated[int, Field(ge=1)]] = []
+    adaptive: Annotated[list[bool], Field(min_length=1)] = [False]
+    objective: TuneObjective = TuneObjective()
+    requests: Annotated[int | None, Field(ge=8, description="planned requests per candidate (default: verify.requests, at least 8)")] = None
+    batch: Annotated[int, Field(ge=1, description="requests between two looks at a candidate's interval")] = 4
 
 
 class Profile(StrictModel):
@@ -183,6 +259,8 @@ class Profile(StrictModel):
     secrets: list[Annotated[str, Field(pattern=ENV_NAME_RE)]] = []
     verify: Verify = Verify()
     hosts: list[str] = []
+    # how to search speculative settings; not part of what is served, so not part of the profile's digest
+    tune: Annotated[Tune | None, Field(exclude=True)] = None
 
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True, populate_by_name=True, defer_build=True)
 

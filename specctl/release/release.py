@@ -84,7 +84,7 @@ def release_files(plan: Plan, node: NodePlan, documents: dict[str, Any],
         "launch.sh": (render_sh(plan, node).encode(), 0o755),
         "env": (env_file(dict(node.env)), 0o644),
     }
-    for name, data in documents.items():
+    for name, data in {**documents, **plan.files}.items():
         text = data if isinstance(data, str) else json.dumps(data, indent=2, sort_keys=True, default=str) + "\n"
         files[name] = (text.encode(), 0o644)
     if plan.overlay is not None:

@@ -11,9 +11,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from specctl.verdict import stats
+from specctl.verdict.client import Generation
 from specctl.verdict.measure import Measurement
-
-ALPHA = 1 - stats.LEVEL
 
 
 @dataclass(frozen=True)
@@ -27,10 +26,16 @@ class GateResult:
     passed: bool
     decided: bool
     note: str = ""
+    concurrency: int | None = None  # the operating point, when verify measures several
+
+    @property
+    def label(self) -> str:
+        return self.name if self.concurrency is None else f"{self.name} @{self.concurrency}"
 
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, "op": self.op, "threshold": self.threshold, "passed": self.passed,
                 "decided": self.decided, "note": self.note,
+                **({"concurrency": self.concurrency} if self.concurrency is not None else {}),
                 **({"interval": self.interval.to_dict()} if self.interval else {"interval": None})}
 
 
@@ -56,14 +61,15 @@ def accept_length(m: Measurement, *, sequential: bool = False, planned_n: int = 
                      sequential=sequential, planned_n=planned_n, level=level)
 
 
-def acceptance_rate(m: Measurement, *, sequential: bool = False, planned_n: int = 0) -> stats.Interval | None:
+def acceptance_rate(m: Measurement, *, sequential: bool = False, planned_n: int = 0,
+                    level: float = stats.LEVEL) -> stats.Interval | None:
     """Σ accepted drafts / Σ proposed drafts: a proportion, so its interval stays inside [0, 1]."""
     spec = [g for g in m.generations if g.spec_num_proposed_drafts]
     accepted = [float(g.spec_num_correct_drafts or 0) for g in spec]
     proposed = [float(g.spec_num_proposed_drafts or 0) for g in spec]
     if sequential:
-        return stats.proportion_sequence(accepted, proposed, planned_n=planned_n)
-    return stats.proportion_interval(accepted, proposed)
+        return stats.proportion_sequence(accepted, proposed, planned_n=planned_n, level=level)
+    return stats.proportion_interval(accepted, proposed, level=level)
 
 
 def throughput(m: Measurement, *, sequential: bool = False, planned_n: int = 0, level: float = stats.LEVEL) -> stats.Interval | None:
@@ -87,14 +93,29 @@ def decode_throughput(m: Measurement, *, sequential: bool = False, planned_n: in
                      sequential=sequential, planned_n=planned_n, level=level)
 
 
-def ttft(m: Measurement, *, sequential: bool = False, planned_n: int = 0) -> stats.Interval | None:
-    values = [g.first_token_latency_s for g in m.generations if g.first_token_latency_s is not None]
-    return _interval(values, [1.0] * len(values), sequential=sequential, planned_n=planned_n, level=stats.LEVEL)
+def first_token_s(g: Generation) -> float | None:
+    """Time to first token: where the client saw it (a streamed request), else the server's report."""
+    return g.client_first_token_s if g.client_first_token_s is not None else g.first_token_latency_s
 
 
-def speedup(m: Measurement, baseline: Measurement, *, sequential: bool = False, planned_n: int = 0) -> stats.Interval | None:
+def ttft(m: Measurement, *, sequential: bool = False, planned_n: int = 0, level: float = stats.LEVEL) -> stats.Interval | None:
+    values = [t for g in m.generations if (t := first_token_s(g)) is not None]
+    return _interval(values, [1.0] * len(values), sequential=sequential, planned_n=planned_n, level=level)
+
+
+def inter_token_latency(m: Measurement, *, sequential: bool = False, planned_n: int = 0,
+                        level: float = stats.LEVEL) -> stats.Interval | None:
+    """Seconds per output token after the first, as the client saw them (streamed requests only):
+    Σ (latency - time to first token) / Σ (tokens - 1)."""
+    timed = [g for g in m.generations if g.client_first_token_s is not None and g.completion_tokens > 1]
+    return _interval([g.client_latency_s - (g.client_first_token_s or 0.0) for g in timed],
+                     [float(g.completion_tokens - 1) for g in timed], sequential=sequential, planned_n=planned_n, level=level)
+
+
+def speedup(m: Measurement, baseline: Measurement, *, sequential: bool = False, planned_n: int = 0,
+            level: float = stats.LEVEL) -> stats.Interval | None:
     """Throughput over the baseline's; each side at half the error, so the quotient keeps the level."""
-    half_level = 1 - ALPHA / 2
+    half_level = 1 - (1 - level) / 2
     top = throughput(m, sequential=sequential, planned_n=planned_n, level=half_level)
     bottom = throughput(baseline, level=half_level)
     return stats.quotient(top, bottom) if top and bottom else None
@@ -117,20 +138,23 @@ NO_COUNTERS = "no speculative counters (spec_verify_ct) came back: is speculatio
 
 
 def evaluate(spec: GateSpec, m: Measurement, baseline: Measurement | None, *, sequential: bool = False,
-             planned_n: int = 0, no_counters: str = NO_COUNTERS) -> list[GateResult]:
+             planned_n: int = 0, no_counters: str = NO_COUNTERS, level: float = stats.LEVEL) -> list[GateResult]:
     """Every gate the profile sets, judged on the requests so far; `no_counters` says why an
-    accept length cannot be judged when the engine returned no counters."""
+    accept length cannot be judged when the engine returned no counters. `level` is each gate's
+    confidence (lower it to share the error among several operating points)."""
     gates = []
     if spec.min_accept_length is not None:
         gates.append(_judge("accept_length", ">=", spec.min_accept_length,
-                            accept_length(m, sequential=sequential, planned_n=planned_n), no_counters))
+                            accept_length(m, sequential=sequential, planned_n=planned_n, level=level), no_counters))
     if spec.min_speedup is not None:
         missing = "no baseline to compare with: run `specctl baseline` or pass --baseline auto"
         gates.append(_judge("speedup", ">=", spec.min_speedup,
-                            speedup(m, baseline, sequential=sequential, planned_n=planned_n) if baseline else None, missing))
+                            speedup(m, baseline, sequential=sequential, planned_n=planned_n, level=level) if baseline else None,
+                            missing))
     if spec.max_ttft_s is not None:
-        gates.append(_judge("ttft_s", "<=", spec.max_ttft_s, ttft(m, sequential=sequential, planned_n=planned_n),
-                            "the server reported no first_token_latency: add `enable-metrics: true` to engine.args"))
+        gates.append(_judge("ttft_s", "<=", spec.max_ttft_s, ttft(m, sequential=sequential, planned_n=planned_n, level=level),
+                            "no time to first token: stream the requests (verify.stream) or add `enable-metrics: true` "
+                            "to engine.args"))
     return gates
 
 

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
+import random
+import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -21,13 +24,19 @@ class Measurement:
             {"completion_tokens": g.completion_tokens, "spec_verify_ct": g.spec_verify_ct, "spec_accept_length": g.spec_accept_length,
              "spec_num_correct_drafts": g.spec_num_correct_drafts, "spec_num_proposed_drafts": g.spec_num_proposed_drafts,
              "e2e_latency": g.e2e_latency_s, "first_token_latency": g.first_token_latency_s,
-             "client_latency": round(g.client_latency_s, 5)} for g in self.generations]}
+             "client_latency": round(g.client_latency_s, 5),
+             **({"client_first_token": round(g.client_first_token_s, 5)} if g.client_first_token_s is not None else {})}
+            for g in self.generations]}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Measurement:
         """The inverse of to_dict (a baseline read back from the ledger)."""
-        return cls(tuple(parse_generate({"meta_info": {**r, "finish_reason": None}}, float(r.get("client_latency") or 0.0))
-                         for r in data.get("requests", ())), float(data.get("wall_s", 0.0)))
+        def one(r: Mapping[str, Any]) -> Generation:
+            g = parse_generate({"meta_info": {**r, "finish_reason": None}}, float(r.get("client_latency") or 0.0))
+            first = r.get("client_first_token")
+            return dataclasses.replace(g, client_first_token_s=float(first)) if isinstance(first, (int, float)) else g
+
+        return cls(tuple(one(r) for r in data.get("requests", ())), float(data.get("wall_s", 0.0)))
 
     generations: tuple[Generation, ...]
     wall_s: float
@@ -66,6 +75,13 @@ class Prompts:
     def route(self) -> str:
         return "/generate" if self.input_ids is not None else "/v1/chat/completions"
 
+    def stream(self, client: EngineClient, i: int, *, max_new_tokens: int, temperature: float) -> Generation:
+        """Request `i` streamed from the native /generate (which needs the rendered ids)."""
+        if self.input_ids is None:
+            raise ValueError("streaming needs the prompts rendered into ids (verify renders them on the host)")
+        return client.generate_stream(input_ids=self.input_ids[i % len(self.input_ids)], max_new_tokens=max_new_tokens,
+                                      temperature=temperature)
+
     def send(self, client: EngineClient, i: int, *, max_new_tokens: int, temperature: float) -> Generation:
         """Request `i` of the workload (cycling through it)."""
         if self.input_ids is not None:
@@ -81,22 +97,74 @@ def warm_up(client: EngineClient, prompts: Prompts, *, max_new_tokens: int, temp
 
 
 def measure(client: EngineClient, prompts: Prompts, *, requests: int, max_new_tokens: int, temperature: float = 0.0,
+            concurrency: int = 1, request_rate: float | None = None, stream: bool = False,
             on_request: Callable[[int, Generation], None] = lambda i, g: None,
             enough: Callable[[Measurement], bool] = lambda m: False,
             cancelled: Callable[[], bool] | None = None) -> Measurement:
-    """Send up to `requests` requests of the workload one after another (cycling through it); stop
-    early when `enough` says the requests so far decide the verdict, or when `cancelled` (by default,
-    when the client's cancel token is). A cancel during a request raises Cancelled from the client:
-    a half-finished request is no measurement."""
+    """Send up to `requests` requests of the workload (cycling through it), at most `concurrency` in
+    flight, started no faster than `request_rate` per second on average (Poisson arrivals, seeded,
+    so every run sends the same schedule); stop starting new ones when `enough` says the requests so
+    far decide the verdict, or when `cancelled` (by default, when the client's cancel token is).
+    Requests already sent are finished and counted. A cancel during a request raises Cancelled from
+    the client: a half-finished request is no measurement."""
     stop = cancelled if cancelled is not None else (lambda: client.cancel.cancelled)
     generations: list[Generation] = []
+    lock = threading.Lock()
+    issued = 0
+    done = False
+    failures: list[BaseException] = []
+    arrivals = _arrivals(request_rate, requests)
     start = time.perf_counter()
-    for i in range(requests):
-        if stop():
-            break
-        generation = prompts.send(client, i, max_new_tokens=max_new_tokens, temperature=temperature)
-        generations.append(generation)
-        on_request(i, generation)
-        if i + 1 < requests and enough(Measurement(tuple(generations), time.perf_counter() - start)):
-            break
+
+    def send(i: int) -> Generation:
+        if stream:
+            return prompts.stream(client, i, max_new_tokens=max_new_tokens, temperature=temperature)
+        return prompts.send(client, i, max_new_tokens=max_new_tokens, temperature=temperature)
+
+    def worker() -> None:
+        nonlocal issued, done
+        while True:
+            with lock:
+                if done or issued >= requests or failures or stop():
+                    return
+                i = issued
+                issued += 1
+            wait = arrivals[i] - (time.perf_counter() - start)
+            if wait > 0:
+                time.sleep(wait)
+            try:
+                generation = send(i)
+            except BaseException as exc:  # handed to the caller: the first failure ends the measurement
+                with lock:
+                    failures.append(exc)
+                return
+            with lock:
+                generations.append(generation)
+                on_request(len(generations) - 1, generation)
+                if len(generations) < requests and enough(Measurement(tuple(generations), time.perf_counter() - start)):
+                    done = True
+
+    if concurrency <= 1:
+        worker()
+    else:
+        threads = [threading.Thread(target=worker, name=f"request {n}", daemon=True) for n in range(min(concurrency, requests))]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    if failures:
+        raise failures[0]
     return Measurement(tuple(generations), time.perf_counter() - start)
+
+
+def _arrivals(rate: float | None, count: int) -> list[float]:
+    """Seconds after the start at which each request may be sent: all at once without a rate, else
+    a Poisson process of that rate with a fixed seed (the same schedule every run)."""
+    if not rate:
+        return [0.0] * count
+    rng = random.Random(0x5EED)
+    times, t = [], 0.0
+    for _ in range(count):
+        times.append(t)
+        t += rng.expovariate(rate)
+    return times

@@ -146,3 +146,34 @@ def test_relative_times() -> None:
     assert ago("2026-11-30T16:00:00.000000Z", now) == "5 h ago"
     assert ago("2026-11-27T21:08:11.000000Z", now) == "3 d ago"
     assert ago("2026-11-30T21:09:00.000000Z", now) == "0 s ago"  # another machine's clock ahead
+
+
+def test_operating_points_are_charted_compared_and_shown(cli: Any, tmp_path: Path) -> None:
+    path = tmp_path / "ledger.db"
+    book = Ledger(path)
+
+    def point(c: int, tput: float, speedup: float) -> dict[str, Any]:
+        summary = {"concurrency": c, "wall_tokens_per_s": tput * c, "output_tokens_per_s": {"estimate": tput},
+                   "speedup": {"estimate": speedup}, "accept_length": {"estimate": 3.5}}
+        gate = {"name": "speedup", "op": ">=", "threshold": 1.0, "passed": speedup >= 1.0, "decided": True, "note": "",
+                "concurrency": c, "interval": {"estimate": speedup, "low": speedup - 0.1, "high": speedup + 0.1, "n": 8, "kind": "fixed"}}
+        return {"concurrency": c, "summary": summary, "gates": [gate], "stopped_early": False}
+
+    ids = []
+    for n, (s1, s16) in enumerate([(1.6, 1.1), (1.5, 0.8)]):
+        run_id = f"20261201T0{n}0000Z-0000{n}"
+        points = [point(1, 500.0 * s1, s1), point(16, 100.0 * s16, s16)]
+        verdict = {"passed": s16 >= 1.0, "summary": points[0]["summary"], "points": points,
+                   "gates": [g for p in points for g in p["gates"]], "profile": "p", "version": n + 1, "release": run_id}
+        book.begin(run_id, "deploy", command="specctl x", profile={"metadata": {"name": "p", "version": n + 1}}, hosts=["h"])
+        book.record_host(run_id, "h", verdict=verdict, passed=verdict["passed"])
+        book.finish(run_id, "succeeded" if verdict["passed"] else "failed", verdict={"passed": verdict["passed"]})
+        ids.append(run_id)
+    book.close()
+    diff = cli("--json", "diff", ids[0], ids[1], "--ledger", str(path)).json()["measurements"]
+    fields = {row["field"]: (row["a"], row["b"]) for row in diff}
+    assert fields["speedup@16"] == (1.1, 0.8) and fields["speedup@1"] == (1.6, 1.5) and fields["speedup"] == (1.6, 1.5)
+    plot = cli("runs", "--plot", "--ledger", str(path)).stdout
+    assert "speedup @16" in plot and "output tok/s @1" in plot
+    shown = cli("show", ids[1], "--ledger", str(path)).stdout
+    assert "speedup @16" in shown and "FAIL" in shown

@@ -174,3 +174,59 @@ def test_verify_on_an_engine_whose_chat_endpoint_has_no_counters(cli: Any, lab: 
         assert json.loads(kept.read_text())["ids"] == ids
     finally:
         cli("stop", str(v1), *common[:4])
+
+
+def test_operating_points_streamed_on_a_real_host(cli: Any, lab: SshLab, tmp_path: Path) -> None:
+    """The seed scenario at concurrency 1 and 16, streamed: v1 passes at both points, v2 (wrong
+    layers) fails at both, and a profile drafting 10 steps keeps its speedup alone but loses it at
+    16 (the verify forward of 16 x 11 tokens costs more than the accepted drafts save), shown with
+    both numbers. Client-side time to first token agrees with the server's first_token_latency."""
+    v1, v2 = write_inputs(tmp_path, 31750)
+    data = yaml.safe_load(v1.read_text())
+    data["metadata"]["name"] = "points"
+    data["engine"].update({"host": "0.0.0.0", "args": {"enable-metrics": True}})
+    data["hosts"] = ["h1"]
+    data["verify"].update({"requests": 16, "max_new_tokens": 48, "concurrency": [1, 16], "stream": True,
+                           "min_accept_length": 3.0})
+    v1.write_text(yaml.safe_dump(data, sort_keys=False))
+    v2_data = yaml.safe_load(v2.read_text())
+    v2_data["metadata"]["name"] = "points"
+    v2.write_text(yaml.safe_dump(v2_data, sort_keys=False))
+    v3 = tmp_path / "profiles" / "tiny-llama-v3.yaml"
+    v3.write_text(yaml.safe_dump({"apiVersion": "specctl/v1", "kind": "Profile", "extends": "tiny-llama-v1.yaml",
+                                  "metadata": {"name": "points", "version": 3},
+                                  "speculative": {"num_steps": 10, "num_draft_tokens": 11},
+                                  "verify": {"min_accept_length": None, "min_speedup": 0.9}}))
+    inventory = lab.inventory(tmp_path / "hosts.yaml", sys.executable)
+    ledger = tmp_path / "ledger.db"
+    common = ["--inventory", str(inventory), "--ssh-config", str(lab.ssh_config), "--ledger", str(ledger)]
+    try:
+        first = cli("--json", "deploy", str(v1), "--baseline", "skip", *common)
+        assert first.code == 0, first.stdout + first.stderr
+        verdict = first.json()["hosts"][0]["verdict"]
+        assert verdict["passed"] and verdict["summary"]["route"] == "/generate (streamed)"
+        assert [p["concurrency"] for p in verdict["points"]] == [1, 16]
+        assert [g["name"] + "@" + str(g["concurrency"]) for g in verdict["gates"]] == ["accept_length@1", "accept_length@16"]
+        for point in verdict["points"]:
+            assert point["summary"]["ttft_s"] and point["summary"]["inter_token_latency_s"]
+        # the client sees the first token after the server sent it, by at most the stream's own delay
+        run = cli("--json", "show", first.json()["hosts"][0]["release"], "--ledger", str(ledger)).json()
+        requests = [r for p in run["host_records"][0]["measurements"]["points"] for r in p["requests"]]
+        gaps = [r["client_first_token"] - r["first_token_latency"] for r in requests]
+        assert len(gaps) >= 16 and all(-0.01 <= gap <= 0.5 for gap in gaps), gaps
+        assert sorted(gaps)[len(gaps) // 2] <= 0.1
+
+        second = cli("--json", "deploy", str(v2), "--skip-check", "--baseline", "skip", *common)
+        assert second.code == 4, second.stdout + second.stderr
+        gates = second.json()["hosts"][0]["verdict"]["gates"]
+        assert [(g["concurrency"], g["passed"]) for g in gates if g["name"] == "accept_length"] == [(1, False), (16, False)]
+
+        third = cli("deploy", str(v3), *common)
+        assert third.code == 4, third.stdout + third.stderr
+        shown = third.stdout + third.stderr
+        rows = [line.strip("│┃ ") for line in shown.splitlines()]
+        speedups = {row.split()[1]: row for row in rows if row.startswith("speedup @")}
+        assert set(speedups) == {"@1", "@16"}, shown
+        assert "pass" in speedups["@1"] and "FAIL" in speedups["@16"]
+    finally:
+        cli("stop", str(v1), *common[:4])

@@ -90,6 +90,8 @@ CASES: dict[str, tuple[Edit, Edit]] = {
     "draft-vocab-key": (drafter(draft_vocab_size=DELETE), drafter(draft_vocab_size=None)),
     "aux-disabled": (drafter(eagle_config={"use_aux_hidden_state": False}), drafter(eagle_config={"use_aux_hidden_state": True})),
     "ids-top-level": (drafter(eagle_aux_hidden_state_layer_ids=[2, 16, 29]), drafter(eagle_aux_hidden_state_layer_ids=[1, 15, 28])),
+    "spec-adaptive": (profile(speculative={"adaptive": True, "eagle_topk": 4, "num_draft_tokens": 8}),
+                      profile(speculative={"adaptive": True})),
     "drafter-format": (drafter(architectures=["LlamaForCausalLM"]), drafter(architectures=["LlamaForCausalLMEagle3"])),
     "drafter-ids-type": (drafter(eagle_config={"eagle_aux_hidden_state_layer_ids": [True, 15, 28]}),
                          drafter(eagle_config={"eagle_aux_hidden_state_layer_ids": [1, 15, 28]})),
@@ -114,7 +116,7 @@ CASES: dict[str, tuple[Edit, Edit]] = {
     "flag-type": (profile(engine={"args": {"max-running-requests": "many"}}), profile(engine={"args": {"max-running-requests": 8}})),
     "flag-choice": (profile(engine={"args": {"attention-backend": "flashinfr"}}), profile(engine={"args": {"attention-backend": "flashinfer"}})),
     "flag-reserved": (profile(engine={"args": {"tp-size": 2}}), profile(engine={"args": {"enable-metrics": True}})),
-    "flag-catalog-missing": (profile(engine={"version": "0.5.14", "args": {"enable-metrics": True}}), profile(engine={"args": {"enable-metrics": True}})),
+    "flag-catalog-missing": (profile(engine={"version": "0.6.0", "args": {"enable-metrics": True}}), profile(engine={"version": "0.5.14", "args": {"enable-metrics": True}})),
     "probe-failed": (lambda s: setattr(s, "engine_python", "/nonexistent/python"), lambda s: None),
 }
 

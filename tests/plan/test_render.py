@@ -166,3 +166,26 @@ def test_the_overlay_path_is_the_only_expansion(tmp_path: Path, hub_env: Path) -
     argv, env = _script_argv(render_sh(plan, plan.nodes[0]), tmp_path)
     assert argv[argv.index("--speculative-draft-model-path") + 1] == f"{tmp_path}/drafter-overlay"
     assert env["NCCL_P2P_DISABLE"] == "1" and "HF_TOKEN" not in env
+
+
+def test_adaptive_tiers_travel_in_the_release_and_the_launch_script_names_them(tmp_path: Path) -> None:
+    from specctl.constants import ADAPTIVE_FILE, ADAPTIVE_PATH, RELEASE_DIR_VAR
+    from specctl.release.release import release_files
+
+    s = Scenario(tmp_path)
+    s.profile = merge(s.profile, {"speculative": {"adaptive": {1: {"candidate_steps": [1, 3]}, 8: {"candidate_steps": [0, 1],
+                                                                                                     "ema_alpha": 0.5}}}})
+    plan = static.plan(static.check(s.write()))
+    argv = plan.nodes[0].argv
+    assert "--speculative-adaptive" in argv and argv[argv.index("--speculative-adaptive-config") + 1] == ADAPTIVE_PATH
+    assert plan.files == {ADAPTIVE_FILE: {"1": {"candidate_steps": [1, 3]}, "8": {"candidate_steps": [0, 1], "ema_alpha": 0.5}}}
+    files = release_files(plan, plan.nodes[0], {})
+    assert ADAPTIVE_FILE in files and b'"candidate_steps"' in files[ADAPTIVE_FILE][0]  # type: ignore[index]
+    script = render_sh(plan, plan.nodes[0])
+    assert f'--speculative-adaptive-config "${{{RELEASE_DIR_VAR}}}"/{ADAPTIVE_FILE}' in script
+    baseline = static.plan(static.check(s.write()), baseline=True)
+    assert "--speculative-adaptive" not in baseline.nodes[0].argv and baseline.files == {}
+    built_in = merge(s.profile, {"speculative": {"adaptive": True}})
+    s.profile = built_in
+    argv = static.plan(static.check(s.write())).nodes[0].argv
+    assert "--speculative-adaptive" in argv and "--speculative-adaptive-config" not in argv

@@ -160,3 +160,24 @@ def test_manifest_layers_accept_embedding_and_reject_other_words(tmp_path: Path)
 def test_shipped_examples_validate(path: Path) -> None:
     kind, sha = validate_file(path)
     assert kind in {"Profile", "DrafterManifest"} and len(sha) == 64
+
+
+def test_operating_points_and_per_point_gates(tmp_path: Path) -> None:
+    text = GOOD + "verify:\n  concurrency: [16, 1, 4]\n  min_speedup: {1: 1.3, 16: 1.0}\n  min_accept_length: 2.5\n"
+    v = load_profile(write(tmp_path, text)).model.verify
+    assert v.points == (1, 4, 16)
+    assert [v.threshold("min_speedup", c) for c in v.points] == [1.3, None, 1.0]
+    assert [v.threshold("min_accept_length", c) for c in v.points] == [2.5, 2.5, 2.5]
+    # a release keeps the profile as JSON, where the keys are text: they read back the same
+    from specctl.profile.profile import Profile
+
+    loaded = load_profile(write(tmp_path, text)).model
+    assert Profile.model_validate_json(loaded.model_dump_json(by_alias=True)).verify == v
+
+
+def test_a_threshold_for_a_point_not_measured_names_the_field(tmp_path: Path) -> None:
+    text = GOOD + "verify:\n  concurrency: [1, 4]\n  min_speedup: {1: 1.3, 16: 1.0}\n"
+    [p] = problems(write(tmp_path, text))
+    assert p.field == "verify.min_speedup" and "16" in p.message and p.line == 19
+    [p] = problems(write(tmp_path, GOOD + "verify:\n  concurrency: [1, 1]\n"))
+    assert p.field == "verify.concurrency"

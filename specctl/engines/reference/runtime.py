@@ -58,6 +58,29 @@ def model_directory(model: str, revision: str | None) -> str:
     return str(snapshot_download(model, revision=revision))
 
 
+def adaptive_tiers(args: argparse.Namespace, resolved: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The tiers adaptive speculation runs with: the config file's, else the emulated release's
+    built-in ones (None: adaptive is off). A release without tiers reads one set for every batch size."""
+    if not resolved.get("speculative_adaptive"):
+        return None
+    from specctl.engines import get_engine
+
+    built_in = get_engine("sglang").adaptive_tiers(args.emulate_sglang_version)
+    if built_in is None:
+        return None
+    if not args.speculative_adaptive_config:
+        return built_in
+    config = json.loads(Path(args.speculative_adaptive_config).read_text())
+    if not isinstance(config, dict):
+        raise ValueError("speculative_adaptive_config must be a JSON object")
+    tiered = {k: v for k, v in config.items() if str(k).isdigit()}
+    if len(built_in) == 1 and "1" in built_in and not tiered:  # before tiers: the file holds the knobs
+        return {"1": {**built_in["1"], **config}}
+    if not tiered:
+        raise ValueError("speculative_adaptive_config must contain at least one integer-string BS key")
+    return tiered
+
+
 def load(args: argparse.Namespace, resolved: Mapping[str, Any], log: Callable[[str], None]) -> Runtime:
     """Load the checkpoints as sglang would for these flags, then warm up (a width mismatch fails here)."""
     log("Load weight begin. device=cpu")
@@ -76,9 +99,12 @@ def load(args: argparse.Namespace, resolved: Mapping[str, Any], log: Callable[[s
             log(f"capture position {position} is not captured: {reason}")
         positions, ids = outcome.captured, (list(outcome.ids) if outcome.ids is not None else None)
         log(f"EAGLE3 aux hidden state capture positions {list(positions)} (ids {ids}, sglang {args.emulate_sglang_version} convention)")
+    tiers = adaptive_tiers(args, resolved) if drafter else None
+    if tiers is not None:
+        log(f"AdaptiveSpeculativeParams initialized: tiers {tiers} (sglang {args.emulate_sglang_version})")
     engine = ReferenceEngine(args.model_path, drafter, num_steps=resolved["speculative_num_steps"] or 3,
                              topk=resolved["speculative_eagle_topk"] or 1, num_draft_tokens=resolved["speculative_num_draft_tokens"],
-                             capture_positions=positions, max_running_requests=resolved["max_running_requests"])
+                             capture_positions=positions, max_running_requests=resolved["max_running_requests"], adaptive=tiers)
     log("Load weight end. type=LlamaForCausalLM, dtype=float64, device=cpu")
     log("Capture cuda graph begin. (reference engine: a warmup generation instead)")
     engine.warmup()

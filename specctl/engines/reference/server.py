@@ -40,6 +40,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--speculative-num-steps", type=int)
     p.add_argument("--speculative-eagle-topk", type=int)
     p.add_argument("--speculative-num-draft-tokens", type=int)
+    p.add_argument("--speculative-adaptive", action="store_true")
+    p.add_argument("--speculative-adaptive-config")
     p.add_argument("--tp-size", "--tensor-parallel-size", type=int, default=1)
     p.add_argument("--nnodes", type=int, default=1)
     p.add_argument("--node-rank", type=int, default=0)
@@ -57,6 +59,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--emulate-sglang-version", default=DEFAULT_EMULATED_VERSION,
                    help="the sglang version whose capture convention and API this engine follows")
     return p
+
+
+def adaptive_release(version: str) -> bool:
+    from specctl.engines import get_engine
+
+    return get_engine("sglang").adaptive_tiers(version) is not None
 
 
 def resolved_args(args: argparse.Namespace) -> dict[str, Any]:
@@ -79,6 +87,8 @@ def resolved_args(args: argparse.Namespace) -> dict[str, Any]:
         "max_running_requests": args.max_running_requests if args.max_running_requests is not None else DEFAULT_MAX_RUNNING_REQUESTS,
         "context_length": args.context_length, "dtype": args.dtype, "served_model_name": args.served_model_name or args.model_path,
         "enable_metrics": args.enable_metrics, "device": "cpu",
+        "speculative_adaptive": bool(args.speculative_adaptive and algorithm),
+        "speculative_adaptive_config": args.speculative_adaptive_config,
     }
 
 
@@ -157,6 +167,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error("--speculative-eagle-topk must be 1: the reference engine drafts a chain")
     if args.max_running_requests is not None and args.max_running_requests < 1:
         parser.error("--max-running-requests must be >= 1")
+    if (args.speculative_adaptive or args.speculative_adaptive_config) and not adaptive_release(args.emulate_sglang_version):
+        flags = [f for f in ("--speculative-adaptive", "--speculative-adaptive-config") if f in argv]
+        parser.error(f"unrecognized arguments: {' '.join(flags)}")  # as the emulated release's own parser says
     nodes = rendezvous(args)
     try:
         serve(args, " ".join(["python", "-m", "specctl.engines.reference", *argv]))

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -25,6 +25,7 @@ from typing import Any, Literal
 import torch
 from torch import Tensor
 
+from specctl.engines.reference.adaptive import AdaptiveSteps
 from specctl.engines.reference.model import Eagle3Drafter, Target, TargetOutput, load_drafter, load_target
 from specctl.engines.reference.tokenizer import EOS_ID, PAD_ID, encode
 from specctl.engines.sglang import capture as capture_table
@@ -176,6 +177,7 @@ class ReferenceEngine:
         threads: int | None = 1,
         device: str = "cpu",
         max_running_requests: int = 16,
+        adaptive: Mapping[str, Mapping[str, Any]] | None = None,
     ) -> None:
         if threads is not None:
             torch.set_num_threads(threads)
@@ -207,6 +209,8 @@ class ReferenceEngine:
             self.capture_positions = positions
             self.num_steps = num_steps
             self.num_draft_tokens = num_steps + 1  # sglang forces this for topk 1 (reference 1.4 item 10)
+        # sglang's adaptive speculation: num_steps chosen per batch from the acceptance seen (None: fixed)
+        self.adaptive = AdaptiveSteps.start(adaptive, num_steps) if adaptive is not None and self.drafter else None
         self.cache = self.target.new_cache(self.max_tokens, max_running_requests)
         self.draft_cache = self.drafter.new_cache(self.max_tokens, max_running_requests) if self.drafter else None
         self.free_slots = list(range(max_running_requests - 1, -1, -1))
@@ -276,7 +280,8 @@ class ReferenceEngine:
         prompt = list(prompt_ids)
         generation = Generation([], len(prompt), "length", 0.0, 0.0)
         if self.drafter is not None:
-            generation.spec_correct_drafts_histogram = [0] * self.num_draft_tokens
+            most = self.adaptive.max_steps + 1 if self.adaptive else self.num_draft_tokens
+            generation.spec_correct_drafts_histogram = [0] * most
         return Request(prompt, max_new_tokens, frozenset(stop_ids), slot,
                         time.perf_counter() if arrival is None else arrival, generation)
 
@@ -326,7 +331,10 @@ class ReferenceEngine:
         drafter, draft_cache = self.drafter, self.draft_cache
         slots = [s.slot for s in sequences]
         committed = [self.cache.lengths[slot] for slot in slots]
-        count = self.num_draft_tokens - 1
+        count = self.adaptive.steps_for(len(sequences)) if self.adaptive else self.num_draft_tokens - 1
+        if count == 0:  # adaptive chose no drafting for this batch size: a plain step that keeps the drafter current
+            self._plain_step(sequences)
+            return
         # draft `count` tokens per sequence, the drafter batched over all of them
         logits = torch.stack([s.draft_logits for s in sequences if s.draft_logits is not None])
         hidden = torch.stack([s.draft_hidden for s in sequences if s.draft_hidden is not None]).unsqueeze(1)
@@ -360,9 +368,29 @@ class ReferenceEngine:
             if s.finish is None:
                 survivors.append(i)
                 new_rows.append(new_tokens)
+        if self.adaptive:
+            self.adaptive.observe(len(sequences), accepted)
         if survivors:
             features = self._features(verify.hidden_states)[survivors]
             self._draft_extend([sequences[i] for i in survivors], new_rows, features)
+
+    def _plain_step(self, sequences: list[Request]) -> None:
+        """One greedy token per sequence, counted as a verify with nothing proposed, the drafter fed
+        the token so a later round can draft again."""
+        out = self._target(self._ids([[s.pending] for s in sequences]), [s.slot for s in sequences])
+        tokens = out.logits[:, -1].argmax(-1).tolist()
+        survivors = []
+        for i, (s, token) in enumerate(zip(sequences, tokens, strict=True)):
+            s.generation.spec_verify_ct += 1
+            s.generation.spec_correct_drafts_histogram[0] += 1
+            s.append([token])
+            if s.finish is None:
+                survivors.append(i)
+        if self.adaptive:
+            self.adaptive.observe(len(sequences), [0] * len(sequences))
+        if survivors:
+            features = self._features(out.hidden_states)[survivors]
+            self._draft_extend([sequences[i] for i in survivors], [[tokens[i]] for i in survivors], features)
 
     def _draft_extend(self, sequences: list[Request], rows: list[list[int]], features: Tensor) -> None:
         """Run the drafter over each sequence's newly committed tokens (right-padded, with the target

@@ -9,8 +9,8 @@ from functools import cache, partial
 from pathlib import Path
 from typing import Any
 
-from specctl.engines.base import Convention, DrafterProblem, HttpContract, LaunchSpec, ParseAnswer, ProbeDisagreement, ProbeReport, SpecRewrite
-from specctl.engines.flags import FlagCatalog
+from specctl.engines.base import Convention, EngineProblem, HttpContract, LaunchSpec, ParseAnswer, ProbeDisagreement, ProbeReport, SpecRewrite
+from specctl.engines.flags import FlagCatalog, StoreError, load_catalog, shipped_versions
 from specctl.constants import OVERLAY_DIR, OVERLAY_PATH
 from specctl.engines.sglang import capture as table
 from specctl.errors import EngineError
@@ -95,13 +95,20 @@ class SGLangEngine:
         return found
 
     def flag_catalog(self, version: str) -> FlagCatalog:
-        path = DATA / "flags" / f"{version}.json"
-        if not path.exists():
-            shipped = sorted(p.stem for p in (DATA / "flags").glob("*.json"))
-            raise EngineError(f"no sglang {version} flag catalog is shipped (have: {', '.join(shipped) or 'none'})",
-                              engine=self.name, version=version,
-                              fix="generate one with scripts/gen_sglang_flags.py from a real sglang install of that version")
-        return FlagCatalog.from_json(path)
+        """The release's parser as data/flags/catalog.json stores it (one file for every release,
+        decoded lazily: only the asked-for release is built)."""
+        store = DATA / "flags" / "catalog.json"
+        try:
+            return load_catalog(store, version)
+        except StoreError as exc:
+            if exc.failure is not None:
+                raise EngineError(f"specctl could not build sglang {version}'s flag catalog ({exc.failure})",
+                                  engine=self.name, version=version,
+                                  fix="check engine.args by hand; specctl/engines/sglang/CONVENTIONS.md lists the releases without a catalog") from None
+            shipped = shipped_versions(store)
+            have = f"catalogs cover {shipped[0]} to {shipped[-1]}" if shipped else "none is shipped"
+            raise EngineError(f"no sglang {version} flag catalog is shipped ({have})", engine=self.name, version=version,
+                              fix="pin a covered version, or add one with scripts/gen_sglang_flags.py --wheel from that release's wheel") from None
 
     def launch_args(self, version: str, args: Mapping[str, Any]) -> list[str]:
         try:
@@ -134,6 +141,9 @@ class SGLangEngine:
                                 ("--speculative-num-draft-tokens", spec.num_draft_tokens)):
                 if value is not None:
                     argv += [flag, str(value)]
+            if spec.adaptive:
+                argv += ["--speculative-adaptive", *(["--speculative-adaptive-config", spec.adaptive_config]
+                                                     if spec.adaptive_config else [])]
         argv += ["--tp-size", str(spec.tp)]
         if spec.nnodes > 1:
             argv += ["--nnodes", str(spec.nnodes), "--node-rank", str(spec.node_rank), "--dist-init-addr", spec.dist_init_addr or ""]
@@ -149,10 +159,39 @@ class SGLangEngine:
             return [int(i) for i in ids]
         return None
 
-    def drafter_problems(self, version: str, algorithm: str, config: Mapping[str, Any]) -> list[DrafterProblem]:
+    def drafter_problems(self, version: str, algorithm: str, config: Mapping[str, Any]) -> list[EngineProblem]:
         if algorithm != "EAGLE3":
             return []
         return [*_format_problems(version, config), *_ids_problems(config)]
+
+    def adaptive_problems(self, version: str, algorithm: str, eagle_topk: int | None, args: Mapping[str, Any],
+                          tiers: Mapping[str, Any] | None) -> list[EngineProblem]:
+        row = _adaptive_row(version)
+        if row is None:
+            since = _adaptive()["since"]
+            return [EngineProblem("spec-adaptive", True, f"sglang {version} has no adaptive speculation: "
+                                  "--speculative-adaptive is an unknown flag there and the server does not start",
+                                  f"pin engine.version to {since} or later, or remove speculative.adaptive")]
+        off = []
+        if algorithm not in row["algorithms"]:
+            off.append(f"algorithm {algorithm} (only {', '.join(row['algorithms'])})")
+        if row["topk_one"] and eagle_topk not in (None, 1):
+            off.append(f"eagle_topk {eagle_topk} (only 1)")
+        off += [f"{flag.replace('_', '-')} is on" for flag in row["flags"] if _truthy(args, flag)]
+        off += [f"{flag.replace('_', '-')} is not set (this release needs it)" for flag in row["needs"] if not _truthy(args, flag)]
+        problems = [EngineProblem("spec-adaptive", False, f"sglang {version} turns adaptive speculation off with only a "
+                                  f"warning in its log, and serves the static settings: {'; '.join(off)}",
+                                  "change what it names, or remove speculative.adaptive")] if off else []
+        if tiers is not None and not row["tiers"]:
+            problems.append(EngineProblem("spec-adaptive", True, f"sglang {version} has one set of adaptive settings for "
+                                          "every batch size (tiers by batch size come in 0.5.13): its config file has no "
+                                          "batch-size keys", "pin engine.version to 0.5.13 or later, or use "
+                                          "`adaptive: true`"))
+        return problems
+
+    def adaptive_tiers(self, version: str) -> dict[str, Any] | None:
+        row = _adaptive_row(version)
+        return copy.deepcopy(row["defaults"]) if row is not None else None
 
     def with_drafter_ids(self, config: Mapping[str, Any], ids: Sequence[int]) -> dict[str, Any]:
         rewritten = copy.deepcopy(dict(config))
@@ -341,18 +380,18 @@ def _whole(value: Any) -> bool:
     return isinstance(value, int) or (isinstance(value, float) and value.is_integer())
 
 
-def _ids_problems(config: Mapping[str, Any]) -> list[DrafterProblem]:
+def _ids_problems(config: Mapping[str, Any]) -> list[EngineProblem]:
     ids = _raw_ids(config)
     if ids is None:
         return []
     where = f"eagle_config.{IDS_KEY} = {json.dumps(ids)[:80]}"
     fix = "write the ids as a JSON list of integers"
     if not isinstance(ids, list) or not all(isinstance(i, (int, float)) for i in ids):
-        return [DrafterProblem("drafter-ids-type", True, f"{where} is not a list of numbers: sglang passes it to the "
+        return [EngineProblem("drafter-ids-type", True, f"{where} is not a list of numbers: sglang passes it to the "
                                "model's capture setter as is, which fails at start-up (a TypeError when it adds the "
                                "+1 offset or iterates)", fix)]
     if not all(_whole(i) for i in ids):
-        return [DrafterProblem("drafter-ids-type", True, f"{where} has fractional ids: no layer index equals them, so "
+        return [EngineProblem("drafter-ids-type", True, f"{where} has fractional ids: no layer index equals them, so "
                                "sglang captures nothing at those positions (or fails at start-up where it indexes "
                                "the layer list)", fix)]
     odd = [i for i in ids if isinstance(i, bool) or isinstance(i, float)]
@@ -360,13 +399,13 @@ def _ids_problems(config: Mapping[str, Any]) -> list[DrafterProblem]:
         return []
     read = [int(i) for i in ids]
     floats = any(isinstance(i, float) for i in odd)
-    return [DrafterProblem("drafter-ids-type", floats, f"{where}: sglang uses {json.dumps(odd)} as the numbers "
+    return [EngineProblem("drafter-ids-type", floats, f"{where}: sglang uses {json.dumps(odd)} as the numbers "
                            f"{[int(i) for i in odd]} (true + 1 == 2), so it reads {read}"
                            + ("; where a release indexes the layer list with an id (Qwen-MoE from 0.5.4.post2, "
                               "Qwen3-Next), a float is a TypeError at start-up" if floats else ""), fix)]
 
 
-def _format_problems(version: str, config: Mapping[str, Any]) -> list[DrafterProblem]:
+def _format_problems(version: str, config: Mapping[str, Any]) -> list[EngineProblem]:
     archs = [a for a in config.get("architectures") or () if isinstance(a, str)]
     shown = json.dumps(archs)
     since = _eagle3_since()
@@ -375,7 +414,7 @@ def _format_problems(version: str, config: Mapping[str, Any]) -> list[DrafterPro
     known = [name for name, first in since.items() if first in releases and at >= releases.index(first)]
     if not config.get("model_type"):
         kind = " (the speculators format)" if "speculators_config" in config or any(a.endswith("Speculator") for a in archs) else ""
-        return [DrafterProblem(
+        return [EngineProblem(
             "drafter-format", True,
             f"the drafter config has no model_type{kind}, architectures {shown}: sglang {version} reads it with "
             f"transformers' AutoConfig, which refuses it (\"Should have a `model_type` key\"), and its model "
@@ -388,9 +427,9 @@ def _format_problems(version: str, config: Mapping[str, Any]) -> list[DrafterPro
     later = {a: since[a] for a in archs if a in since}
     if later:
         name, first = next(iter(later.items()))
-        return [DrafterProblem("drafter-format", True, f"sglang {version} has no {name} model class (it appears in {first})",
+        return [EngineProblem("drafter-format", True, f"sglang {version} has no {name} model class (it appears in {first})",
                                f"pin engine.version to {first} or later")]
-    return [DrafterProblem(
+    return [EngineProblem(
         "drafter-format", True,
         f"architectures {shown} is not an EAGLE-3 drafter class of sglang {version} (it has {', '.join(known) or 'none'}): "
         f"sglang loads the drafter as that plain model class, without its fc and midlayer weights, so it fails at "
@@ -405,3 +444,30 @@ def _eagle3_since() -> dict[str, str]:
     with open(Path(__file__).parent / "data" / "drafters.json", encoding="utf-8") as handle:
         since: dict[str, str] = json.load(handle)["eagle3_since"]
     return since
+
+
+@cache
+def _adaptive() -> dict[str, Any]:
+    """What adaptive speculation is per release (scripts/gen_sglang_adaptive.py)."""
+    with open(Path(__file__).parent / "data" / "adaptive.json", encoding="utf-8") as handle:
+        data: dict[str, Any] = json.load(handle)["adaptive"]
+    return data
+
+
+def _adaptive_row(version: str) -> dict[str, Any] | None:
+    """The rows apply from their release on; a version newer than the table takes the last row."""
+    releases = table.load_table().releases
+    at = releases.index(version) if version in releases else len(releases)
+    found = None
+    for row in _adaptive()["rows"]:
+        if row["from"] in releases and at >= releases.index(row["from"]):
+            found = row
+    return found
+
+
+def _truthy(args: Mapping[str, Any], flag: str) -> bool:
+    """Whether a profile's engine.args turns a switch on (keys as `--a-b`, `a-b` or `a_b`)."""
+    for key, value in args.items():
+        if key.lstrip("-").replace("-", "_") == flag:
+            return bool(value)
+    return False

@@ -15,6 +15,7 @@ import pytest
 
 from specctl.engines import get_engine
 from specctl.engines.sglang.engine import _eagle3_since
+from tests.engines.sglang.conftest import Wheels, script
 
 SGLANG = get_engine("sglang")
 PUBLISHED = Path(__file__).resolve().parents[3].parent / "shared" / "reference" / "eagle3-configs"
@@ -113,23 +114,8 @@ def test_the_real_sglang_agrees(sglang_python: str) -> None:
 
 
 @pytest.mark.conformance
-def test_the_shipped_drafter_classes_are_what_every_cached_release_registers() -> None:
-    # per release, so that a cache holding only the conformance sample (a fresh CI machine) still checks
-    import importlib.util
-    import sys
-
-    script = Path(__file__).resolve().parents[3] / "scripts" / "gen_sglang_drafters.py"
-    spec = importlib.util.spec_from_file_location("gen_sglang_drafters", script)
-    assert spec is not None and spec.loader is not None
-    gen = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(gen)
-    conventions = sys.modules["gen_sglang_conventions"]
-    releases = conventions.list_releases_cached(conventions.DEFAULT_CACHE)
-    if not releases:
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"no sglang wheels in {conventions.DEFAULT_CACHE}")
-        pytest.skip(f"no sglang wheels in {conventions.DEFAULT_CACHE}")
-    key = conventions.version_key
-    for version in releases:
-        expected = {name for name, first in _eagle3_since().items() if key(version) >= key(first)}
-        assert gen.eagle3_classes(conventions.cached_wheel(conventions.DEFAULT_CACHE, version)) == expected, version
+def test_the_shipped_drafter_classes_are_what_every_cached_release_registers(cached_wheels: Wheels) -> None:
+    gen = script("gen_sglang_drafters")
+    for version in cached_wheels.releases:  # per release: a cache of the conformance sample still checks
+        expected = {name for name, first in _eagle3_since().items() if cached_wheels.newer(version, first)}
+        assert gen.eagle3_classes(cached_wheels.wheel(version)) == expected, version

@@ -1,0 +1,140 @@
+"""tune: search a profile's speculative settings on a live host and write the winner as its next version."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+from specctl.cli._options import (
+    AcceptOpt,
+    BaselineOpt,
+    HostsOpt,
+    InventoryOpt,
+    JsonOpt,
+    LedgerOpt,
+    OfflineOpt,
+    ProfileArg,
+    ReasonOpt,
+    SshConfigOpt,
+    command_output,
+    target_hosts,
+)
+from specctl.cli._recording import recorded
+from specctl.constants import STARTUP_BUDGET_S
+from specctl.errors import CheckFailed, InputError
+
+if TYPE_CHECKING:
+    from rich.console import RenderableType
+
+SHADES = " ░▒▓█"  # the heat map's shading where colour is off (NO_COLOR)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("tune")(tune)
+
+
+def tune(
+    ctx: typer.Context, profile: ProfileArg, hosts: HostsOpt = None, inventory: InventoryOpt = None,
+    apply: Annotated[bool, typer.Option("--apply", help="Deploy and verify the winner afterwards (else the host keeps its release).")] = False,
+    output_file: Annotated[Path | None, typer.Option("--output", "-o", metavar="PATH",
+                                                     help="Where to write the winner (default <name>-v<version+1>.yaml beside the profile).")] = None,
+    html: Annotated[Path | None, typer.Option("--html", metavar="PATH", help="Also write the table and heat map as an HTML page.")] = None,
+    startup_timeout: Annotated[float, typer.Option("--startup-timeout", help="Seconds a server may take to answer a generation.")] = STARTUP_BUDGET_S,
+    baseline_mode: BaselineOpt = "auto", reason: ReasonOpt = None, ledger: LedgerOpt = None, ssh_config: SshConfigOpt = None,
+    accept_new_host_key: AcceptOpt = False, json_mode: JsonOpt = False, offline: OfflineOpt = False,
+) -> None:
+    """Measure the profile's `tune:` grid of speculative settings on one host, each as a release,
+    dropping a candidate once its interval is decided below the best; write the winner as the next
+    profile version and record a `tune` run. The host keeps its release unless --apply."""
+    from specctl.cli.views import findings_view
+    from specctl.flows import static
+    from specctl.flows.baseline import checked_mode
+    from specctl.flows.tune import tune as tune_flow
+
+    output = command_output(ctx, json_mode)
+    mode = checked_mode(baseline_mode)
+    report = static.check(profile, offline=offline)
+    errors = [f for f in report.findings if f.severity.value == "error"]
+    if errors:
+        output.hint(findings_view(f"tune refused: {profile}", errors))
+        raise CheckFailed(f"{len(errors)} check error(s); nothing tuned", fix=f"fix them first (specctl check {profile})")
+    targets = target_hosts(report.inputs.profile.hosts, hosts, inventory)
+    if len(targets) != 1:
+        raise InputError(f"tune measures on one host; {len(targets)} were named ({', '.join(h.name for h in targets)})",
+                         fix="pass --host NAME")
+    p = report.inputs.profile
+    with recorded(output, ledger=ledger, reason=reason, secrets=p.secrets, ssh_config=ssh_config,
+                  accept_new_host_key=accept_new_host_key, budget_s=startup_timeout) as rc:
+        result = tune_flow(rc, report, targets[0], apply=apply, output=output_file, baseline_mode=mode)
+    data = result.to_dict()
+    if html is not None:
+        from specctl.cli.charts import tune_report
+
+        html.write_text(tune_report(data), encoding="utf-8")
+    output.result(data, tune_view(data))
+    if result.applied is not None and not result.applied.passed:
+        raise typer.Exit(CheckFailed.exit_code)
+
+
+def tune_view(data: Mapping[str, Any]) -> RenderableType:
+    """Every candidate with its objective's interval, the requests it used and how it ended; the
+    heat map; what was left out; where the winner was written."""
+    from rich.console import Group
+    from rich.table import Table
+    from rich.text import Text
+
+    objective = data["objective"]
+    table = Table("candidate", "release", f"{objective['metric']} @{objective['concurrency']}", "interval", "requests", "result",
+                  title=f"tune {data['profile']} v{data['version']} on {data['host']} (run {data['run']})", title_justify="left")
+    for row in data["candidates"]:
+        iv = row.get("interval") or {}
+        result = ("WINNER" if row["winner"] else f"failed: {row['failed']}" if row["failed"]
+                  else "eliminated" if row["eliminated"] else "kept")
+        table.add_row(row["key"] + (" (current)" if row["incumbent"] else ""), row.get("release") or "-", _num(row.get("estimate")),
+                      f"[{_num(iv.get('low'))}, {_num(iv.get('high'))}]" if iv else "-", str(row["requests"]), result)
+    blocks: list[RenderableType] = [table, Text(
+        f"{data['requests']} requests in all (measuring every candidate to {data['planned_requests']}: "
+        f"{data['exhaustive_requests']}); {data['level_note']}")]
+    blocks.append(heat_map_view(data["heat_map"], objective["metric"]))
+    for d in data.get("dropped") or []:
+        blocks.append(Text(f"  not measured: {d['key']}: {d['reason']}"))
+    if data.get("profile_file"):
+        blocks.append(Text(f"winner written to {data['profile_file']}"
+                           + ("" if data.get("applied") else f"; the host keeps {data.get('restored') or 'nothing running'}")))
+    applied = data.get("applied")
+    if applied:
+        blocks.append(Text(f"applied on {applied['host']}: {applied['detail']}"
+                           + (", verify passed" if (applied.get("verdict") or {}).get("passed") else ", verify FAILED")))
+    return Group(*blocks)
+
+
+def heat_map_view(heat: Mapping[str, Any], metric: str) -> RenderableType:
+    """num_steps down, the other setting across, each cell shaded by the objective (darkest: best)."""
+    from rich.table import Table
+    from rich.text import Text
+
+    values = [v for row in heat["cells"] for v in row if v is not None]
+    low, high = (min(values), max(values)) if values else (0.0, 1.0)
+    table = Table(f"num_steps \\ {heat['columns']}", *(str(c) for c in heat["column_values"]),
+                  title=f"heat map: {metric}", title_justify="left")
+    for steps, row in zip(heat["row_values"], heat["cells"], strict=True):
+        table.add_row(str(steps), *(_cell(v, low, high) for v in row))
+    return table if values else Text("heat map: nothing measured")
+
+
+def _cell(value: float | None, low: float, high: float) -> Any:
+    from rich.text import Text
+
+    if value is None:
+        return Text("-")
+    share = (value - low) / ((high - low) or 1.0)
+    green = int(60 + 140 * share)
+    return Text(f"{SHADES[1 + round(share * (len(SHADES) - 2))]} {_num(value)}", style=f"on rgb(20,{green},40)")
+
+
+def _num(value: object, digits: int = 4) -> str:
+    return f"{value:.{digits}g}" if isinstance(value, (int, float)) else "-"
+

@@ -1,0 +1,107 @@
+"""`specctl tune` on a real OpenSSH host with the reference engine: the tiny models over num_steps
+[1, 3, 5] (topk 1), each candidate a release; the ledger's tune run holds every candidate's
+requests, the winner is written as the next profile version, the host keeps its release; then
+--apply deploys and verifies the winner."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from specctl.flows.demo import write_inputs
+from specctl.ledger.ledger import Ledger
+from specctl.profile import load_profile
+from tests.integration.sshd import SshLab
+
+NAME = "tune-demo"
+HOST = "h1"
+PORT = 31801
+
+
+def _link(lab: SshLab, link: str) -> str | None:
+    path = lab.hosts[HOST].root / NAME / link
+    return path.resolve().name if path.is_symlink() else None
+
+
+def test_tune_finds_a_setting_writes_the_next_version_and_applies_it(cli: Any, lab: SshLab, tmp_path: Path) -> None:
+    v1, _ = write_inputs(tmp_path, PORT)
+    data = yaml.safe_load(v1.read_text())
+    data["metadata"]["name"] = NAME
+    data["engine"]["host"] = "0.0.0.0"
+    data["hosts"] = [HOST]
+    data["tune"] = {"num_steps": [1, 3, 5], "eagle_topk": [1], "requests": 16}
+    v1.write_text(yaml.safe_dump(data, sort_keys=False))
+    inventory = lab.inventory(tmp_path / "hosts.yaml", sys.executable)
+    ledger = tmp_path / "ledger.db"
+    common = ["--inventory", str(inventory), "--ssh-config", str(lab.ssh_config), "--ledger", str(ledger)]
+    try:
+        assert cli("deploy", str(v1), "--no-verify", *common).code == 0
+        before = _link(lab, "current")
+
+        page = tmp_path / "tune.html"
+        tuned = cli("--json", "tune", str(v1), "--host", HOST, "--html", str(page), *common)
+        assert tuned.code == 0, tuned.stdout + tuned.stderr
+        result = tuned.json()
+        rows = result["candidates"]
+        assert [r["speculative"]["num_steps"] for r in rows] == [3, 1, 5] and rows[0]["incumbent"]  # the profile's own first
+        assert all(r["release"] and (r["requests"] == 16 or r["eliminated"]) for r in rows)
+        assert result["requests"] == sum(r["requests"] for r in rows) <= result["exhaustive_requests"] == 48
+        winner = result["winner"]
+        assert winner["winner"] and not winner["eliminated"] and winner["estimate"] == max(
+            r["estimate"] for r in rows if not r["eliminated"])
+        assert result["heat_map"]["row_values"] == [1, 3, 5]
+        assert "aria-label='heat map'" in page.read_text() and result["run"] in page.read_text()
+
+        # the host keeps the release it had: same `current`, its server running again
+        assert _link(lab, "current") == before == result["restored"]
+        status = cli("--json", "status", str(v1), *common[:4]).json()["hosts"][0]
+        assert status["current"] == before and status["running"]
+
+        # the next profile version: beside the profile, extends it, the winner's settings, the run named
+        written = Path(result["profile_file"])
+        assert written == v1.parent / f"{NAME}-v2.yaml"
+        assert result["run"] in written.read_text().splitlines()[0]
+        loaded = load_profile(written).model
+        assert loaded.metadata.version == 2 and loaded.metadata.name == NAME
+        assert loaded.speculative.model_dump(mode="json") == winner["speculative"]
+
+        # the ledger's tune run: every candidate's requests, the winner; the releases on the host
+        runs = cli("--json", "runs", "--ledger", str(ledger)).json()["runs"]
+        assert [(r["kind"], r["status"]) for r in runs] == [("deploy", "succeeded"), ("tune", "succeeded")]
+        book = Ledger(ledger, readonly=True)
+        try:
+            run = book.get(result["run"])
+        finally:
+            book.close()
+        [record] = run.host_records
+        assert record.release == winner["release"] and record.passed
+        assert record.measurements is not None
+        measured = {c["key"]: len(c["requests"]) for c in record.measurements["candidates"]}
+        assert measured == {r["key"]: r["requests"] for r in rows}
+        assert record.verdict is not None and record.verdict["winner"]["key"] == winner["key"]
+        for r in rows:  # each candidate is a whole release, marked so rollback never picks it by itself
+            release = lab.hosts[HOST].root / NAME / "releases" / r["release"]
+            profile = json.loads((release / "profile.json").read_text())
+            assert profile["speculative"]["num_steps"] == r["speculative"]["num_steps"]
+            assert result["run"] in profile["metadata"]["description"]
+            assert json.loads((release / "verdict.json").read_text())["tune_candidate"]
+
+        again = cli("tune", str(v1), "--host", HOST, *common)  # never overwrites the version it wrote
+        assert again.code == 2 and "exists" in again.stderr
+
+        # --apply: the winner deployed and verified like any deploy
+        applied = cli("--json", "tune", str(v1), "--host", HOST, "--apply", "--output", str(tmp_path / "applied.yaml"), *common)
+        assert applied.code == 0, applied.stdout + applied.stderr
+        outcome = applied.json()
+        assert outcome["applied"]["ok"] and outcome["applied"]["verdict"]["passed"]
+        now = _link(lab, "current")
+        assert now not in (before, None) and now == outcome["applied"]["release"]
+        deployed = json.loads((lab.hosts[HOST].root / NAME / "releases" / now / "profile.json").read_text())
+        assert deployed["metadata"]["version"] == 2
+        assert deployed["speculative"] == outcome["winner"]["speculative"]
+    finally:
+        cli("stop", str(v1), *common[:4])
