@@ -16,7 +16,7 @@ import yaml
 from specctl.flows import static
 from specctl.flows.host_probe import probe_fleet
 from specctl.hosts.ssh import SshOptions, resolve, ssh_transport
-from tests.engines.sglang.test_probe_conformance import sglang_python  # noqa: F401 - the fixture
+from tests.engines.sglang.conftest import sglang_python  # noqa: F401 - the fixture
 from tests.integration.sshd import SshLab
 
 pytestmark = pytest.mark.conformance
