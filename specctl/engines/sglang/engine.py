@@ -177,8 +177,9 @@ class SGLangEngine:
             off.append(f"algorithm {algorithm} (only {', '.join(row['algorithms'])})")
         if row["topk_one"] and eagle_topk not in (None, 1):
             off.append(f"eagle_topk {eagle_topk} (only 1)")
-        off += [f"{flag.replace('_', '-')} is on" for flag in row["flags"] if _truthy(args, flag)]
-        off += [f"{flag.replace('_', '-')} is not set (this release needs it)" for flag in row["needs"] if not _truthy(args, flag)]
+        on = self._switches_on(version, args)
+        off += [f"{flag.replace('_', '-')} is on" for flag in row["flags"] if flag in on]
+        off += [f"{flag.replace('_', '-')} is not set (this release needs it)" for flag in row["needs"] if flag not in on]
         problems = [EngineProblem("spec-adaptive", False, f"sglang {version} turns adaptive speculation off with only a "
                                   f"warning in its log, and serves the static settings: {'; '.join(off)}",
                                   "change what it names, or remove speculative.adaptive")] if off else []
@@ -188,6 +189,20 @@ class SGLangEngine:
                                           "batch-size keys", "pin engine.version to 0.5.13 or later, or use "
                                           "`adaptive: true`"))
         return problems
+
+    def _switches_on(self, version: str, args: Mapping[str, Any]) -> set[str]:
+        """The dests a profile's engine.args turns on, resolved by the version's own parser (aliases
+        and spellings included); the key itself where the catalog does not know it."""
+        try:
+            catalog = self.flag_catalog(version)
+        except EngineError:
+            catalog = FlagCatalog(self.name, version, ())
+        on = set()
+        for key, value in args.items():
+            flag = catalog.lookup(key)
+            if value:
+                on.add(flag.dest if flag is not None else key.lstrip("-").replace("-", "_"))
+        return on
 
     def adaptive_tiers(self, version: str) -> dict[str, Any] | None:
         row = _adaptive_row(version)
@@ -463,11 +478,3 @@ def _adaptive_row(version: str) -> dict[str, Any] | None:
         if row["from"] in releases and at >= releases.index(row["from"]):
             found = row
     return found
-
-
-def _truthy(args: Mapping[str, Any], flag: str) -> bool:
-    """Whether a profile's engine.args turns a switch on (keys as `--a-b`, `a-b` or `a_b`)."""
-    for key, value in args.items():
-        if key.lstrip("-").replace("-", "_") == flag:
-            return bool(value)
-    return False
