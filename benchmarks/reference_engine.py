@@ -6,8 +6,12 @@ engines: plain greedy (the baseline), EAGLE-3 with the trained drafter (the demo
 same drafter reading the wrong layers (v2, ids [-1, 1, 3] -> positions 0, 2, 4). Speedup is against
 the baseline at the same concurrency; the cases run interleaved and each cell is the median of
 `--repeat` passes. On the CPU by default; `--device cuda` runs the same code on a GPU.
+`--roofline floor_ms=8,knee_tokens=32,token_ms=0.5` gives every target forward a GPU's shape of
+time (flat while memory-bound, per token past the knee; `engines/reference/roofline.py`), and adds
+a fourth case, v1 drafting 10 steps, whose 11-token verify turns compute-bound as the batch grows.
 
     python benchmarks/reference_engine.py [--device cpu|cuda] [--max-new-tokens 64] [--repeat 3] [--requests 64]
+                                          [--roofline SPEC]
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ sys.path.insert(0, str(ROOT))
 import torch  # noqa: E402
 
 from specctl.engines.reference import tokenizer  # noqa: E402
+from specctl.engines.reference.roofline import Roofline  # noqa: E402
 from specctl.engines.reference.scheduler import Progress, Scheduler  # noqa: E402
 from specctl.engines.reference.speculate import ReferenceEngine  # noqa: E402
 
@@ -65,18 +70,21 @@ def main() -> int:
     parser.add_argument("--max-new-tokens", type=int, default=64)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--requests", type=int, default=64, help="requests per pass (the workload, cycled)")
+    parser.add_argument("--roofline", type=Roofline.parse, help="floor_ms=..,knee_tokens=..,token_ms=.. (default: none)")
     args = parser.parse_args()
     workload = [tokenizer.encode(tokenizer.apply_chat_template(json.loads(line)["messages"]))
                 for line in WORKLOAD.read_text().splitlines() if line.strip()]
     prompts = [workload[i % len(workload)] for i in range(args.requests)]
     target, drafter = MODELS / "tiny-llama", MODELS / "tiny-llama-eagle3"
     top = max(CONCURRENCY)
+    common = {"device": args.device, "max_running_requests": top, "roofline": args.roofline}
     engines = {
-        "baseline": ReferenceEngine(target, device=args.device, max_running_requests=top),
-        "v1 eagle3 trained layers": ReferenceEngine(target, drafter, device=args.device, max_running_requests=top),
-        "v2 eagle3 wrong layers": ReferenceEngine(target, drafter, device=args.device, max_running_requests=top,
-                                                  capture_positions=WRONG_POSITIONS),
+        "baseline": ReferenceEngine(target, **common),
+        "v1 eagle3 trained layers": ReferenceEngine(target, drafter, **common),
+        "v2 eagle3 wrong layers": ReferenceEngine(target, drafter, capture_positions=WRONG_POSITIONS, **common),
     }
+    if args.roofline is not None:
+        engines["v1, 10 steps"] = ReferenceEngine(target, drafter, num_steps=10, **common)
     schedulers = {name: Scheduler(engine) for name, engine in engines.items()}
     for engine in engines.values():
         engine.warmup()
@@ -89,7 +97,7 @@ def main() -> int:
                 rates[name, c].append(rate)
     median = {key: statistics.median(values) for key, values in rates.items()}
     forwards = {name: engine.forwards for name, engine in engines.items()}
-    print(f"device {args.device}, {args.requests} requests x up to {args.max_new_tokens} new tokens per pass, "
+    print(f"device {args.device}{', roofline ' + str(args.roofline) if args.roofline else ''}, {args.requests} requests x up to {args.max_new_tokens} new tokens per pass, "
           f"median of {args.repeat} interleaved passes; tok/s (x vs concurrency 1) and speedup vs baseline")
     print(f"{'engine':<26}{'accept':>7}" + "".join(f"{'c=' + str(c) + ' tok/s':>22}{'speedup':>9}" for c in CONCURRENCY))
     for name in engines:

@@ -189,6 +189,10 @@ class Engine(Protocol):
         """The version's built-in adaptive tiers (batch size -> settings), None where it has none."""
         ...
 
+    def adaptive_by_batch_size(self, version: str) -> bool:
+        """Whether the version's adaptive config file is keyed by batch size (else it holds one set of knobs)."""
+        ...
+
     def with_drafter_ids(self, config: Mapping[str, Any], ids: Sequence[int]) -> dict[str, Any]:
         """A copy of a drafter config.json that makes this engine read `ids`."""
         ...

@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from specctl.engines.reference import tokenizer
+from specctl.engines.reference.roofline import ENV as ROOFLINE_ENV, Roofline
 from specctl.engines.reference.speculate import Generation, ReferenceEngine, resolve_capture
 from specctl.plan.capture import layers_of
 
@@ -65,7 +67,8 @@ def adaptive_tiers(args: argparse.Namespace, resolved: Mapping[str, Any]) -> dic
         return None
     from specctl.engines import get_engine
 
-    built_in = get_engine("sglang").adaptive_tiers(args.emulate_sglang_version)
+    sglang = get_engine("sglang")
+    built_in = sglang.adaptive_tiers(args.emulate_sglang_version)
     if built_in is None:
         return None
     if not args.speculative_adaptive_config:
@@ -73,9 +76,9 @@ def adaptive_tiers(args: argparse.Namespace, resolved: Mapping[str, Any]) -> dic
     config = json.loads(Path(args.speculative_adaptive_config).read_text())
     if not isinstance(config, dict):
         raise ValueError("speculative_adaptive_config must be a JSON object")
-    tiered = {k: v for k, v in config.items() if str(k).isdigit()}
-    if len(built_in) == 1 and "1" in built_in and not tiered:  # before tiers: the file holds the knobs
+    if not sglang.adaptive_by_batch_size(args.emulate_sglang_version):  # before tiers: the file holds the knobs
         return {"1": {**built_in["1"], **config}}
+    tiered = {k: v for k, v in config.items() if str(k).isdigit()}
     if not tiered:
         raise ValueError("speculative_adaptive_config must contain at least one integer-string BS key")
     return tiered
@@ -102,9 +105,14 @@ def load(args: argparse.Namespace, resolved: Mapping[str, Any], log: Callable[[s
     tiers = adaptive_tiers(args, resolved) if drafter else None
     if tiers is not None:
         log(f"AdaptiveSpeculativeParams initialized: tiers {tiers} (sglang {args.emulate_sglang_version})")
+    roofline = Roofline.parse(os.environ[ROOFLINE_ENV]) if os.environ.get(ROOFLINE_ENV) else None
+    if roofline is not None:
+        log(f"{ROOFLINE_ENV}: a target forward takes at least {roofline.floor_s * 1000:g} ms, "
+            f"+{roofline.token_s * 1000:g} ms per token past {roofline.knee_tokens}")
     engine = ReferenceEngine(args.model_path, drafter, num_steps=resolved["speculative_num_steps"] or 3,
                              topk=resolved["speculative_eagle_topk"] or 1, num_draft_tokens=resolved["speculative_num_draft_tokens"],
-                             capture_positions=positions, max_running_requests=resolved["max_running_requests"], adaptive=tiers)
+                             capture_positions=positions, max_running_requests=resolved["max_running_requests"], adaptive=tiers,
+                             roofline=roofline)
     log("Load weight end. type=LlamaForCausalLM, dtype=float64, device=cpu")
     log("Capture cuda graph begin. (reference engine: a warmup generation instead)")
     engine.warmup()

@@ -27,6 +27,7 @@ from torch import Tensor
 
 from specctl.engines.reference.adaptive import AdaptiveSteps
 from specctl.engines.reference.model import Eagle3Drafter, Target, TargetOutput, load_drafter, load_target
+from specctl.engines.reference.roofline import Roofline
 from specctl.engines.reference.tokenizer import EOS_ID, PAD_ID, encode
 from specctl.engines.sglang import capture as capture_table
 
@@ -159,6 +160,8 @@ class ReferenceEngine:
         threads: torch intra-op threads (a process-wide setting); the tiny matmuls run fastest on 1.
         device: where to compute ("cpu", or "cuda" for the GPU benchmark); float64 either way.
         max_running_requests: sequences decoded together (rows of the KV caches), default 16.
+        adaptive: sglang's adaptive-speculation tiers (None: num_steps is fixed).
+        roofline: a GPU-like minimum wall time per target forward (None: the CPU's own time).
 
     Raises:
         ValueError: topk other than 1, num_steps < 1, or positions the target cannot capture.
@@ -178,6 +181,7 @@ class ReferenceEngine:
         device: str = "cpu",
         max_running_requests: int = 16,
         adaptive: Mapping[str, Mapping[str, Any]] | None = None,
+        roofline: Roofline | None = None,
     ) -> None:
         if threads is not None:
             torch.set_num_threads(threads)
@@ -191,6 +195,7 @@ class ReferenceEngine:
         self.num_draft_tokens = 0
         self.max_running_requests = max_running_requests
         self.forwards = ForwardCounts()
+        self.roofline = roofline
         if drafter_dir is not None:
             if topk != 1:
                 raise ValueError(f"speculative_eagle_topk {topk}: the reference engine drafts chains only (topk 1)")
@@ -295,7 +300,7 @@ class ReferenceEngine:
         drafter, one drafter forward over them proposes each one's first draft."""
         slots = [s.slot for s in sequences]
         lengths = [len(s.prompt) for s in sequences]
-        out = self._target(_padded([s.prompt for s in sequences]), slots)
+        out = self._target(_padded([s.prompt for s in sequences]), slots, tokens=sum(lengths))
         for s, n in zip(sequences, lengths, strict=True):
             self.cache.truncate(s.slot, n)
         last = torch.tensor(lengths, device=self.device) - 1
@@ -409,9 +414,13 @@ class ReferenceEngine:
         for s, logits, hidden in zip(sequences, out.logits[index], out.hidden[index], strict=True):
             s.draft_logits, s.draft_hidden = logits, hidden
 
-    def _target(self, ids: Tensor, slots: list[int]) -> TargetOutput:
+    def _target(self, ids: Tensor, slots: list[int], tokens: int | None = None) -> TargetOutput:
+        """One target forward; `tokens` is how many of `ids` are real (not padding), for the roofline."""
         self.forwards.target += 1
+        started = time.perf_counter()
         out: TargetOutput = self.target(ids.to(self.device), self.cache, slots)
+        if self.roofline is not None:
+            self.roofline.pad(started, ids.numel() if tokens is None else tokens)
         return out
 
     def _ids(self, rows: list[list[int]]) -> Tensor:

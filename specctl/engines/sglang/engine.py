@@ -208,6 +208,10 @@ class SGLangEngine:
         row = _adaptive_row(version)
         return copy.deepcopy(row["defaults"]) if row is not None else None
 
+    def adaptive_by_batch_size(self, version: str) -> bool:
+        row = _adaptive_row(version)
+        return bool(row and row["tiers"])
+
     def with_drafter_ids(self, config: Mapping[str, Any], ids: Sequence[int]) -> dict[str, Any]:
         rewritten = copy.deepcopy(dict(config))
         nested = dict(rewritten.get("eagle_config") or {})

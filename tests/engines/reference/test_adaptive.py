@@ -4,12 +4,18 @@ the counters (proposed drafts per verify)."""
 
 from __future__ import annotations
 
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
 import pytest
 
 torch = pytest.importorskip("torch")
 
 from specctl.engines import get_engine  # noqa: E402
 from specctl.engines.reference.adaptive import AdaptiveSteps, Tier  # noqa: E402
+from specctl.engines.reference.runtime import adaptive_tiers  # noqa: E402
 from specctl.engines.reference.server import main  # noqa: E402
 from specctl.engines.reference.speculate import ReferenceEngine  # noqa: E402
 from tests.engines.reference.test_speculate import DRAFTER, TARGET, workload_prompts  # noqa: E402
@@ -63,3 +69,24 @@ def test_a_release_without_adaptive_refuses_the_flag(capsys: pytest.CaptureFixtu
         main(["--model-path", str(TARGET), "--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path",
               str(DRAFTER), "--speculative-adaptive", "--emulate-sglang-version", "0.5.10"])
     assert exit_info.value.code == 2 and "unrecognized arguments: --speculative-adaptive" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("version", "config", "expected"), [
+    ("0.5.12", {"candidate_steps": [1, 3]}, {"1": {"candidate_steps": [1, 3]}}),  # before tiers: one set of knobs
+    ("0.5.23", {"8": {"candidate_steps": [0, 1]}}, {"8": {"candidate_steps": [0, 1]}}),
+])
+def test_the_config_file_is_read_as_the_emulated_release_reads_it(tmp_path: Path, version: str, config: dict[str, Any],
+                                                                  expected: dict[str, Any]) -> None:
+    path = tmp_path / "adaptive.json"
+    path.write_text(json.dumps(config))
+    args = argparse.Namespace(emulate_sglang_version=version, speculative_adaptive_config=str(path))
+    tiers = adaptive_tiers(args, {"speculative_adaptive": True})
+    assert tiers is not None and {k: {n: v[n] for n in expected[k]} for k, v in tiers.items()} == expected
+
+
+def test_a_tiered_release_refuses_a_file_without_batch_sizes(tmp_path: Path) -> None:
+    path = tmp_path / "adaptive.json"
+    path.write_text(json.dumps({"candidate_steps": [1, 3]}))
+    args = argparse.Namespace(emulate_sglang_version="0.5.23", speculative_adaptive_config=str(path))
+    with pytest.raises(ValueError, match="integer-string BS key"):
+        adaptive_tiers(args, {"speculative_adaptive": True})
