@@ -34,12 +34,19 @@ demo: $(HUB)/.built
 sglang-env:
 	bash scripts/sglang-cpu/setup.sh $(SGLANG_VENV)
 
-# OpenSSH server (and nftables) for the integration tests: installed when missing and run as root.
+# OpenSSH server (and nftables), Slurm (slurmctld, slurmd, the client commands) and MUNGE for the
+# integration tests (tests/integration/sshd.py, slurm.py): installed when missing and run as root.
 system-deps:
-	@if ! command -v /usr/sbin/sshd >/dev/null 2>&1 || ! command -v nft >/dev/null 2>&1; then \
+	@pkgs=""; \
+	command -v /usr/sbin/sshd >/dev/null 2>&1 || pkgs="$$pkgs openssh-server"; \
+	command -v nft >/dev/null 2>&1 || pkgs="$$pkgs nftables"; \
+	for f in /usr/sbin/slurmctld /usr/sbin/slurmd /usr/bin/sbatch /usr/bin/squeue /usr/bin/scontrol /usr/bin/scancel \
+	         /usr/bin/srun /usr/bin/sinfo /usr/bin/sacct; do [ -x $$f ] || { pkgs="$$pkgs slurm-wlm"; break; }; done; \
+	[ -x /usr/sbin/munged ] || pkgs="$$pkgs munge"; \
+	if [ -n "$$pkgs" ]; then \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
-	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openssh-server nftables >/dev/null; \
-	  else echo "openssh-server is missing and cannot be installed here: the SSH tests will skip (fail under CI=true)"; fi; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$pkgs >/dev/null; \
+	  else echo "missing and cannot be installed here:$$pkgs: the SSH and Slurm tests will skip (fail under CI=true)"; fi; \
 	fi
 
 typecheck: $(STAMP)

@@ -31,5 +31,6 @@ def test_check_render_validate_stay_light(tmp_path: Path) -> None:
 
     profile = Scenario(tmp_path).write()
     env = {**os.environ, "NO_COLOR": "1"}
-    for args in (["check", str(profile)], ["render", str(profile)], ["validate", str(profile)]):
+    k8s = ["render", str(profile), "--target", "k8s", "--model-mount", str(tmp_path)]
+    for args in (["check", str(profile)], ["render", str(profile)], k8s, ["validate", str(profile)]):
         assert loaded(*args, env=env) == [], args

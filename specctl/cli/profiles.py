@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import TYPE_CHECKING, Annotated, Literal
 
 import typer
 
@@ -21,7 +21,15 @@ from specctl.cli._options import (
     facts_on_hosts,
 )
 from specctl.cli._output import Output
+from specctl.constants import APP_NAME, K8S_MODEL_MOUNT, K8S_PYTHON
 from specctl.errors import CheckFailed, DocumentError, InputError
+
+if TYPE_CHECKING:
+    from specctl.flows.static import CheckReport
+    from specctl.plan.k8s import K8sOptions, PodProgram
+
+
+_K8S = "Kubernetes (--target k8s)"
 
 
 def register(app: typer.Typer) -> None:
@@ -107,19 +115,53 @@ def render(
     offline: OfflineOpt = False,
     assume_convention: AssumeOpt = None,
     engine_python: EnginePythonOpt = None,
+    target: Annotated[Literal["sh", "k8s"], typer.Option(
+        "--target", help="Launch scripts for hosts (sh), or Kubernetes manifests (k8s): a Deployment, or a LeaderWorkerSet "
+                         "for several nodes, with its Service and ConfigMap.")] = "sh",
+    image: Annotated[str | None, typer.Option("--image", rich_help_panel=_K8S,
+                                              help="Container image (default: the engine's published image of the profile's version).")] = None,
+    name: Annotated[str | None, typer.Option("--name", rich_help_panel=_K8S,
+                                             help="Name of the objects (default: from the profile name).")] = None,
+    namespace: Annotated[str | None, typer.Option("--namespace", "-n", rich_help_panel=_K8S,
+                                                  help="Namespace written into the objects (default: none, kubectl decides).")] = None,
+    secret_name: Annotated[str | None, typer.Option("--secret-name", rich_help_panel=_K8S,
+                                                    help="Secret holding the profile's secrets, one key each (default: NAME-secrets).")] = None,
+    model_pvc: Annotated[str | None, typer.Option("--model-pvc", rich_help_panel=_K8S,
+                                                  help="PersistentVolumeClaim for the checkpoints and the HF cache "
+                                                       "(default: an emptyDir, downloaded again at every pod start).")] = None,
+    model_mount: Annotated[str, typer.Option("--model-mount", rich_help_panel=_K8S,
+                                             help="Where the model volume is mounted; local checkpoint paths must be under it.")] = K8S_MODEL_MOUNT,
+    image_python: Annotated[str, typer.Option("--image-python", rich_help_panel=_K8S,
+                                              help="The image's interpreter, in place of the profile's engine.python.")] = K8S_PYTHON,
 ) -> None:
-    """Print the exact launch command(s) of a profile, deterministic and shell-quoted."""
+    """Print the exact launch command(s) of a profile, deterministic and shell-quoted; or, with
+    --target k8s, the Kubernetes objects that run the same argv and environment."""
     from specctl.flows import static
     from specctl.plan.render import render_json, render_sh
 
     output = _output(ctx, json_mode)
+    if target == "k8s" and (node is not None or fmt != "sh"):
+        raise InputError("--node and --format choose among launch scripts; --target k8s renders every node as one set of objects",
+                         fix="drop them (--json prints the objects as JSON)")
     report = static.check(profile, offline=offline, assume_convention=assume_convention, engine_python=engine_python)
-    errors = [f for f in report.findings if f.severity.value == "error"]
+    # on Kubernetes the LeaderWorkerSet places the node ranks: the profile's hosts do not matter there
+    errors = [f for f in report.findings if f.severity.value == "error" and not (target == "k8s" and f.code == "parallel-hosts")]
     if errors and not force:
         from specctl.cli.views import findings_view
 
         output.hint(findings_view(f"render refused for {profile}", errors))
         raise CheckFailed(f"{len(errors)} check error(s); nothing rendered", fix=f"fix them (specctl check {profile}) or pass --force")
+    if target == "k8s":
+        from specctl.plan import k8s
+
+        options = k8s.K8sOptions(image=image or _published_image(report), name=name, namespace=namespace, secret_name=secret_name,
+                                 model_pvc=model_pvc, model_mount=model_mount, python=image_python)
+        objects = k8s.manifests(report.inputs, report.resolution, options, baseline=baseline,
+                                stage=_stage_program(report, options, baseline=baseline),
+                                materialise=k8s.MATERIALISE_SCRIPT.read_text(encoding="utf-8"))
+        output.raw(k8s.render_json(objects) if output.json_mode else
+                   k8s.render_yaml(objects, k8s.banner(report.inputs, options, baseline=baseline)))
+        return
     plan = static.plan(report, baseline=baseline)
     nodes = plan.nodes
     if node is not None:
@@ -133,3 +175,24 @@ def render(
     if plan.overlay is not None:
         output.hint(f"# drafter overlay: {len(plan.overlay.links)} linked file(s) + config.json with "
                     f"eagle_aux_hidden_state_layer_ids {plan.capture['ids'] if plan.capture else None} (see --format json)")
+
+
+def _published_image(report: CheckReport) -> str:
+    p = report.inputs.profile
+    image = report.inputs.engine.container_image(p.engine.version)
+    if image is None:
+        raise InputError(f"the {p.engine.name} engine publishes no container image", fix="pass --image with an image that has it installed")
+    return image
+
+
+def _stage_program(report: CheckReport, options: K8sOptions, *, baseline: bool) -> PodProgram | None:
+    """The pods' staging: the program a deploy runs on a host (release/_stage_host.py), with its
+    records beside the cache on the model volume, online whatever the server's environment says."""
+    from specctl.plan.k8s import PodProgram
+    from specctl.release import staging
+
+    checkpoints = staging.profile_checkpoints(report.inputs.profile, baseline=baseline)
+    if not checkpoints:
+        return None
+    _, _, source, request = staging.command(options.python, f"{options.model_mount.rstrip('/')}/{APP_NAME}", checkpoints, "fetch")
+    return PodProgram(source, request, staging.staging_env({}, {}))

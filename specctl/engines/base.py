@@ -235,6 +235,10 @@ class Engine(Protocol):
         """Whether the installed distribution's version must equal the profile's engine version."""
         ...
 
+    def container_image(self, version: str) -> str | None:
+        """The engine's own published container image for a version (None: it publishes none)."""
+        ...
+
     def expected_server_args(self, argv: Sequence[str], release_dir: str, engine_version: str) -> dict[str, str]:
         """What the live server must report (`/server_info`) for the fields drift watches, from a node's argv."""
         ...

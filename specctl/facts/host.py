@@ -59,6 +59,12 @@ def command(*, python: str, root: str, port: int, distribution: str) -> list[str
     return ["sh", "-c", _FACTS, "sh", python, root, str(port), distribution]
 
 
+def script() -> str:
+    """The facts as a sh script of its own ($1 python, $2 root, $3 port, $4 distribution), for a
+    machine specctl does not reach itself (a scheduler's compute node runs it in the job)."""
+    return _FACTS.lstrip("\n")
+
+
 def gather(transport: Transport, *, python: str, root: str, port: int, distribution: str) -> HostFacts:
     return read(transport.name, port, transport.run(command(python=python, root=root, port=port, distribution=distribution),
                                                     check=False, timeout_s=60))

@@ -6,7 +6,12 @@ and baseline share, each with its undo.
 Nothing running is stopped before everything that can be done beside it is done (connection,
 facts, a port held by a stranger, a whole release on disk). Whatever fails later, the undos put
 the previous release back: `current` names a release whose server runs, or nothing of the profile
-runs. A server whose deploy lost its host for good stops itself on the host (see `release.start`).
+runs. A server whose deploy lost its host for good stops itself (see `release.start`).
+
+On a scheduler's cluster (a rolling target) nothing is stopped first: the new release's job runs
+beside the old one, `current` moves when it is ready, and the old job is cancelled only when the
+caller `retire`s it (a deploy: after verify passes); a release whose job still runs is not started
+twice (a rollback to it just switches back).
 """
 
 from __future__ import annotations
@@ -52,7 +57,8 @@ class Change:
     previous: str | None = None
     facts: host_facts.HostFacts | None = None
     stopped: list[str] = field(default_factory=list)
-    process_group: int | None = None
+    running: dict[str, int] = field(default_factory=dict)  # run id -> handle of the profile's servers, at preflight
+    handle: int | None = None  # the started server's process group, or job id
     startup_s: float | None = None
 
     def stages(self) -> list[Stage]:
@@ -84,17 +90,19 @@ def preflight(c: Change) -> None:
     s = c.session
     t = s.transport
     s.progress("preflight")
-    look, facts = rel.survey_command(s.base), host_facts.command(python=c.python, root=s.root, port=c.port, distribution=c.distribution)
+    look, facts = s.target.survey_command(s.base), host_facts.command(python=c.python, root=s.root, port=c.port,
+                                                                       distribution=c.distribution)
     looked, found = t.run_all([look, facts], timeout_s=90, retry=True)  # both are safe to run twice
     seen = rel.read_survey(t.checked(look, looked))
     c.facts = host_facts.read(t.name, c.port, found)
     c.previous = seen.current
+    c.running = {server.release: server.handle for server in seen.servers}
     if c.files is None:
         missing = rel.missing_files(c.release)
         if missing:
             raise HostError(f"{s.name}: release {c.release.run_id} is not whole: it lacks {', '.join(missing)}", host=s.name,
                             fix="nothing was stopped; choose another release (specctl runs) or deploy the profile again")
-    if c.facts.port_free is False and not seen.servers:
+    if s.target.on_host and c.facts.port_free is False and not seen.servers:
         raise HostError(f"{s.name}: port {c.port} is in use by something other than {s.profile}", host=s.name,
                         fix="nothing was stopped; free the port, or set engine.port to another one")
 
@@ -131,11 +139,20 @@ def materialise(c: Change) -> None:
 
 
 def stop_previous(c: Change) -> Undo | None:
-    """Stop every server of the profile; the undo starts `current` again if it was running."""
+    """Stop every server of the profile; the undo starts `current` again if it was running. A
+    rolling target stops only strays: neither `current`'s server nor the release's own."""
     s = c.session
+    if s.target.rolling:
+        keep = {c.previous, c.release.run_id} & set(c.running)
+        strays = [run_id for run_id in c.running if run_id not in keep]
+        if strays:
+            s.progress(f"stopping {len(strays)} server(s) no release is current for")
+            for run_id in strays:
+                s.target.stop(s.release(run_id))
+        return None
     s.progress("stopping the running server")
     for profile in c.clear or (s.profile,):
-        stopped = rel.stop_running(s.transport, s.root, profile)
+        stopped = s.target.stop_running(s.root, profile)
         if profile == s.profile:
             c.stopped = stopped
     previous = c.previous
@@ -150,37 +167,42 @@ def restore(s: HostSession, run_id: str) -> None:
     release = s.release(run_id)
     s.progress(f"restoring {run_id}")
     budget = rel.startup_budget(release, STARTUP_BUDGET_S)
-    group = rel.start(release, confirm_within_s=budget + CONFIRM_MARGIN_S, env=s.ctx.secrets_env)
+    handle = s.target.start(release, confirm_within_s=budget + CONFIRM_MARGIN_S, env=s.ctx.secrets_env)
     if s.ctx.cancel.cancelled:
         return
     docs = s.docs(run_id)
-    wait_ready(release, docs.port, get_engine(docs.profile.engine.name).startup_stages(), process_group=group,
+    wait_ready(s.target, release, docs.port, get_engine(docs.profile.engine.name).startup_stages(), handle=handle,
                budget_s=budget, on_progress=s.progress)
 
 
-def start(c: Change) -> Undo:
-    """Start the new server (detached, its own process group); the undo stops it."""
+def start(c: Change) -> Undo | None:
+    """Start the new server (detached, its own process group, or a job); the undo stops it. On a
+    rolling target a release whose server still runs is taken as it is."""
     s = c.session
-    if c.facts is not None and c.facts.port_free is False:  # ours held it: it must be free now
+    if s.target.rolling and c.release.run_id in c.running:
+        s.progress(f"{c.release.run_id} is still running")
+        c.handle = c.running[c.release.run_id]
+        return None
+    if s.target.on_host and c.facts is not None and c.facts.port_free is False:  # ours held it: it must be free now
         again = host_facts.gather(s.transport, python=c.python, root=s.root, port=c.port, distribution=c.distribution)
         if again.port_free is False:
             raise HostError(f"{s.name}: port {c.port} is in use by something other than {s.profile}", host=s.name,
                             fix="free the port, or set engine.port to another one")
-    s.progress("starting")
-    c.process_group = rel.start(c.release, confirm_within_s=c.budget_s + CONFIRM_MARGIN_S, env=s.ctx.secrets_env)
+    s.progress("starting" if s.target.on_host else "submitting")
+    c.handle = s.target.start(c.release, confirm_within_s=c.budget_s + CONFIRM_MARGIN_S, env=s.ctx.secrets_env)
     release = c.release
     return lambda: _stop(s, release)
 
 
 def _stop(s: HostSession, release: rel.Release) -> None:
     s.progress(f"stopping {release.run_id}")
-    rel.stop(release)
+    s.target.stop(release)
 
 
 def ready(c: Change) -> None:
     """Wait for a real generation (or, on a multi-node rank other than 0, for rank 0's)."""
     s = c.session
-    assert c.process_group is not None
+    assert c.handle is not None
     gate = c.ready_gate
     if gate is not None and c.node_rank > 0:  # like sglang's other ranks, it serves no HTTP
         s.progress("waiting for node rank 0")
@@ -188,7 +210,7 @@ def ready(c: Change) -> None:
             raise HostError(f"{s.name}: node rank 0 did not become ready", host=s.name, fix="see node rank 0's error")
         return
     try:
-        c.startup_s = wait_ready(c.release, c.port, c.startup_stages, process_group=c.process_group, budget_s=c.budget_s,
+        c.startup_s = wait_ready(s.target, c.release, c.port, c.startup_stages, handle=c.handle, budget_s=c.budget_s,
                                  on_progress=s.progress, cancel=s.ctx.cancel)
     except BaseException:
         if gate is not None:
@@ -207,3 +229,11 @@ def switch(c: Change) -> Undo | None:
     if before is not None:
         return lambda: rel.switch(s.release(before, release.profile))
     return lambda: rel.unlink(s.transport, release.base)
+
+
+def retire(s: HostSession, keep: str) -> list[str]:
+    """A rolling target, once `keep` is current and good: cancel the profile's other servers."""
+    if not s.target.rolling:
+        return []
+    s.progress("stopping the servers of the releases before")
+    return s.target.stop_running(s.root, s.profile, keep=keep)

@@ -8,21 +8,24 @@ Each host holds its profile lock from preflight to the end, verify included. Any
 stage runs the undos of the stages done (walking back to the previous release); the run's ledger
 row records every stage boundary. Multi-node TP runs node rank r on host r, all ranks meeting at
 node 0's address; it is ready when node 0 answers, verified through node 0, and not rolled back by
-itself.
+itself. On a Slurm cluster (an inventory `clusters:` entry) one job runs every node rank and the
+ranks meet at the allocation's first node; the job runs beside the previous release's until it is
+verified, and only then is the previous job cancelled (a failed verify cancels the new one).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from specctl.cancel import Cancelled
 from specctl.errors import HostError, InputError
-from specctl.flows.change import Change, NodeGate
+from specctl.constants import HEAD_ADDRESS
+from specctl.flows.change import Change, Files, NodeGate, retire
 from specctl.flows.recorder import Recorder, let_go_all, recording
-from specctl.flows.release_files import release_contents
+from specctl.flows.release_files import job_files, release_contents
 from specctl.flows.report import HostReport, profile_fields
 from specctl.flows.rollback import rollback
 from specctl.flows.session import Context, HostSession, error_text
@@ -33,7 +36,7 @@ from specctl.hosts.group import run_group
 from specctl.hosts.inventory import HostSpec
 from specctl.plan.findings import Severity
 from specctl.plan.plan import Plan
-from specctl.release.staging import host_env, profile_checkpoints
+from specctl.release.staging import Staged, host_env, profile_checkpoints
 
 
 @dataclass
@@ -135,7 +138,19 @@ class Deploy:
         result = HostReport(session.name, True, self.rec.run_id, ready)
         if self.run_verify and rank == 0:
             self.verify(session, result)
+        if result.passed or not self.run_verify:
+            self._retire(session, result)
         return result
+
+    def _retire(self, session: HostSession, result: HostReport) -> None:
+        """A rolling target: the release is current (and verified): the servers before it stop."""
+        try:
+            retired = retire(session, self.rec.run_id)
+        except HostError as exc:
+            result.detail += f"; the previous server could not be stopped: {exc.message}"
+            return
+        if retired:
+            result.detail += f"; stopped {', '.join(retired)}"
 
     def change(self, rank: int, session: HostSession) -> Change:
         p, engine = self.report.inputs.profile, self.report.inputs.engine
@@ -143,9 +158,18 @@ class Deploy:
         gate = self.stage_gate
         if session.spec.hf_home:  # this host's cache, from the inventory
             node = dataclasses.replace(node, env=host_env(node.env, session.spec.hf_home))
-        return Change(session, session.release(self.rec.run_id), port=p.engine.port, python=p.engine.python,
+        release = session.release(self.rec.run_id)
+        cluster = session.spec.slurm
+
+        def files(staged: Mapping[str, Staged]) -> Files:
+            contents = release_contents(self.report, self.plan, node, staged)
+            if cluster is not None:
+                contents.update(job_files(self.report, self.plan, cluster, release.dir, release.run_id))
+            return contents
+
+        return Change(session, release, port=p.engine.port, python=p.engine.python,
                       distribution=engine.distribution(), startup_stages=engine.startup_stages(), budget_s=self.ctx.budget_s,
-                      files=lambda staged: release_contents(self.report, self.plan, node, staged), ready_gate=self.gate,
+                      files=files, ready_gate=self.gate,
                       node_rank=rank, checkpoints=profile_checkpoints(p, baseline=False) if self.stage else (),
                       stage_env=host_env(p.engine.env, session.spec.hf_home),
                       staged_everywhere=(lambda: gate.wait(session.name)) if gate is not None else None)
@@ -189,10 +213,17 @@ def deploy(ctx: Context, report: CheckReport, hosts: Sequence[HostSpec], *, max_
     """Deploy to every host in parallel, verify, and roll back a host whose verify fails."""
     p = report.inputs.profile
     name, nnodes = p.metadata.name, p.parallel.nnodes
-    if nnodes > 1 and len(hosts) != nnodes:
-        raise InputError(f"{name} spans {nnodes} nodes but {len(hosts)} host(s) were given", fix=f"pass exactly {nnodes} hosts, node rank 0 first")
+    one_job = nnodes > 1 and len(hosts) == 1 and hosts[0].slurm is not None  # the scheduler places every rank
+    if nnodes > 1 and len(hosts) != nnodes and not one_job:
+        raise InputError(f"{name} spans {nnodes} nodes but {len(hosts)} host(s) were given",
+                         fix=f"pass exactly {nnodes} hosts, node rank 0 first, or one Slurm cluster")
+    if nnodes > 1 and any(h.slurm is not None for h in hosts) and not one_job:
+        raise InputError(f"{name} spans {nnodes} nodes: on a Slurm cluster one job runs them all",
+                         fix="deploy to the cluster alone (it places every node rank)")
     sessions = [ctx.session(h, name) for h in hosts]
-    the_plan = plan(report, node0_address=sessions[0].transport.address if nnodes > 1 else None, staged=stage)
+    node0 = HEAD_ADDRESS if one_job else sessions[0].transport.address if nnodes > 1 else None
+    the_plan = plan(report, node0_address=node0, staged=stage)
+    nnodes = 1 if one_job else nnodes  # from here on: hosts that each run one node rank
     errors = [f.to_dict() for f in report.findings if f.severity is Severity.ERROR]
     try:
         with recording(ctx, "deploy", hosts=[h.name for h in hosts], **profile_fields(report),

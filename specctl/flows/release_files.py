@@ -1,6 +1,7 @@
 """What a new release directory holds: the launch script and environment of its node, the resolved
 inputs (profile, plan, manifest, checkpoint facts, pinned workload, one-line summary) and the
-drafter overlay's links to the drafter's own files."""
+drafter overlay's links to the drafter's own files; on a Slurm cluster also the job script and the
+launch script of every other node rank (one directory on shared storage serves the whole job)."""
 
 from __future__ import annotations
 
@@ -10,8 +11,12 @@ from pathlib import Path
 from typing import Any
 
 from specctl.errors import HostError
+from specctl.facts import host as host_facts
 from specctl.flows.static import CheckReport
 from specctl.plan.plan import NodePlan, Plan
+from specctl.plan.render import render_sh
+from specctl.plan.sbatch import FACTS_SCRIPT, JOB_FILE, JobSettings, node_script, render_sbatch
+from specctl.profile.inventory import SlurmCluster
 from specctl.profile.profile import is_local_path
 from specctl.release import release as rel
 from specctl.release.documents import PLAN_FILE, PROFILE_FILE
@@ -63,3 +68,18 @@ def release_contents(report: CheckReport, p: Plan, node: NodePlan,
                      staged: Mapping[str, Staged] | None = None) -> dict[str, tuple[bytes, int] | str]:
     """Every file of one node's release directory (`staged`: the host's snapshots of Hub checkpoints)."""
     return rel.release_files(p, node, release_documents(report, p), overlay_sources(report, p, staged or {}))
+
+
+def job_files(report: CheckReport, p: Plan, cluster: SlurmCluster, release_dir: str, run_id: str) -> dict[str, tuple[bytes, int] | str]:
+    """The files a Slurm release adds: `job.sbatch`, the facts script its first node runs, and the
+    launch scripts of node ranks 1.. (rank 0's is `launch.sh`, as everywhere)."""
+    profile = report.inputs.profile
+    gres = cluster.gres if cluster.gres is not None else f"gpu:{profile.hardware.gpus_per_node}"
+    job = JobSettings(release_dir, release_dir.rsplit("/releases/", 1)[0], run_id, cluster.partition, cluster.account, cluster.qos,
+                      cluster.time, gres, tuple(cluster.setup), tuple(cluster.sbatch_args), tuple(cluster.srun_args),
+                      cluster.python or profile.engine.python, profile.engine.port, report.inputs.engine.distribution())
+    files: dict[str, tuple[bytes, int] | str] = {JOB_FILE: (render_sbatch(p, job).encode(), 0o755),
+                                                 FACTS_SCRIPT: (host_facts.script().encode(), 0o644)}
+    for node in p.nodes[1:]:
+        files[node_script(node.rank)] = (render_sh(p, node).encode(), 0o755)
+    return files

@@ -23,6 +23,7 @@ from specctl.release import lock
 from specctl.profile.profile import is_local_path
 from specctl.release import release as rel
 from specctl.release import staging
+from specctl.release.target import target_of
 from specctl.verdict.client import EngineClient
 
 
@@ -67,16 +68,18 @@ def status(reach: Reach, profile: str, port: int, hosts: Sequence[HostSpec]) -> 
     def one(host: HostSpec) -> HostStatus:
         t, root = reach.open(host)
         base = f"{root}/{profile}"
+        target = target_of(host, t)
         found = HostStatus(host.name, rel.linked(t, root, profile))
-        for server in rel.servers(t, base):
+        for server in target.servers(base):
             deadline = _confirm_by(t, rel.Release(t, root, profile, server.release))
-            found.servers.append({"release": server.release, "process_group": server.process_group,
+            found.servers.append({"release": server.release, "process_group" if target.on_host else "job": server.handle,
                                   "current": server.release == found.current,
                                   "confirm_by": None if server.release == found.current else deadline})
         found.running = any(s["current"] for s in found.servers)
         if found.running and found.current:
-            serving = rel.port(rel.Release(t, root, profile, found.current)) or port
-            found.healthy = EngineClient(f"http://{t.address}:{serving}", timeout_s=10).healthy(timeout_s=10)
+            release = rel.Release(t, root, profile, found.current)
+            serving = rel.port(release) or port
+            found.healthy = EngineClient(f"http://{target.address(release)}:{serving}", timeout_s=10).healthy(timeout_s=10)
         held = lock.read(t, base)
         found.locked_by = lock.describe(held) if held else None
         return found
@@ -103,7 +106,7 @@ def stop(reach: Reach, profile: str, hosts: Sequence[HostSpec], *, command: str)
         base = f"{root}/{profile}"
         lock.acquire(t, base, owner)
         try:
-            return rel.stop_running(t, root, profile)
+            return target_of(host, t).stop_running(root, profile)
         finally:
             lock.release(t, base)
 

@@ -19,6 +19,7 @@ from specctl.ledger.ledger import Ledger
 from specctl.release import lock
 from specctl.release import release as rel
 from specctl.release.documents import ReleaseDocs, read_release
+from specctl.release.target import Target, target_of
 
 
 @dataclass
@@ -71,6 +72,15 @@ class HostSession:
         if self._transport is None:
             self._transport = self.spec.transport(ssh_config=self.ctx.ssh_config, accept_new_host_key=self.ctx.accept_new_host_key)
         return self._transport
+
+    @property
+    def target(self) -> Target:
+        """What runs the profile's servers here: processes on the host, or a cluster's scheduler."""
+        return target_of(self.spec, self.transport)
+
+    def server_address(self, run_id: str) -> str:
+        """Where release `run_id`'s server answers HTTP."""
+        return self.target.address(self.release(run_id))
 
     @property
     def root(self) -> str:

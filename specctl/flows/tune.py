@@ -174,7 +174,7 @@ class Search:
             raise
         except Exception as exc:  # noqa: BLE001 - one candidate that cannot run does not end the search
             return CandidateResult(candidate, self.elimination.fail(candidate.key, error_text(exc)),
-                                   release.run_id if change.process_group is not None else None, argv=tuple(node.argv))
+                                   release.run_id if change.handle is not None else None, argv=tuple(node.argv))
         level, planned = self.elimination.level, self.elimination.planned_n
         interval = OBJECTIVES[self.metric](m, sequential=True, planned_n=planned, level=level)
         standing = self.elimination.settle(candidate.key, interval, len(m.generations))
@@ -189,7 +189,7 @@ class Search:
     def _measure(self, release: rel.Release) -> Measurement:
         """The objective's point, in batches, until the candidate is dropped or reaches the planned count."""
         v, session, search = self.report.inputs.profile.verify, self.session, self.elimination
-        client = EngineClient(f"http://{session.transport.address}:{self.report.inputs.profile.engine.port}", cancel=self.ctx.cancel)
+        client = EngineClient(f"http://{session.server_address(release.run_id)}:{self.report.inputs.profile.engine.port}", cancel=self.ctx.cancel)
         prompts = release_prompts(release, session.docs(release.run_id), self.report.inputs.engine, ids=v.stream)
         warm_up(client, prompts, max_new_tokens=v.max_new_tokens, temperature=v.temperature)
         objective = OBJECTIVES[self.metric]
@@ -249,6 +249,9 @@ def tune(ctx: Context, report: CheckReport, host: HostSpec, *, apply: bool = Fal
         raise InputError(f"{name} has no drafter: there are no speculative settings to tune", fix="add `drafter:` to the profile")
     if p.parallel.nnodes > 1:
         raise InputError(f"{name} spans {p.parallel.nnodes} nodes; tune measures on one host", fix="tune a single-node profile")
+    if host.slurm is not None:
+        raise InputError(f"{host.name} is a Slurm cluster; tune measures on a host it reaches itself",
+                         fix="tune on a host of the same GPU type (an interactive allocation is one), then deploy the winner")
     settings = p.tune or Tune()
     concurrency = settings.objective.concurrency or max(p.verify.points)
     planned = settings.requests or max(p.verify.requests, stats.MIN_SAMPLES)

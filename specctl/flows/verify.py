@@ -102,11 +102,12 @@ def verify_release(session: HostSession, run_id: str, *, baseline: tuple[str, Ba
     verdict = HostVerdict(t.name, run_id, profile.metadata.name, profile.metadata.version,
                           baseline_run=baseline[0] if baseline else None)
     session.progress("host facts")
-    facts = host_facts.gather(t, python=profile.engine.python, root=session.root, port=profile.engine.port,
-                              distribution=engine.distribution())
+    allocated = session.target.facts(session.release(run_id))  # a job's own machine, where the target knows it
+    facts = host_facts.read(t.name, profile.engine.port, allocated) if allocated is not None else host_facts.gather(
+        t, python=profile.engine.python, root=session.root, port=profile.engine.port, distribution=engine.distribution())
     verdict.facts = facts.to_dict()
     verdict.findings = check_host(profile, verdict.facts, engine)
-    client = EngineClient(f"http://{t.address}:{profile.engine.port}", timeout_s=REQUEST_DEADLINE_S, cancel=cancel)
+    client = EngineClient(f"http://{session.server_address(run_id)}:{profile.engine.port}", timeout_s=REQUEST_DEADLINE_S, cancel=cancel)
     session.progress("drift")
     try:
         info = client.server_info()

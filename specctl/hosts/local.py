@@ -56,8 +56,9 @@ def _streamed(argv: Sequence[str], *, timeout_s: float, env: Mapping[str, str] |
     return Completed(code, bytes(out), text)
 
 
-def local_transport() -> Transport:
-    return Transport(LOCAL, "127.0.0.1", _run)
+def local_transport(name: str = LOCAL) -> Transport:
+    """This machine; `name` is what messages call it (a cluster whose login node this is)."""
+    return Transport(name, "127.0.0.1", _run)
 
 
 def process_alive(pid: int) -> bool:

@@ -46,7 +46,7 @@ CODES: dict[str, str] = {
     "algorithm-drafter": "an EAGLE-3 drafter is served with a non-EAGLE3 algorithm (silent fc skip)",
     "tp-heads": "TP does not divide the attention or KV heads",
     "tp-gpus": "TP exceeds nnodes x gpus_per_node or is not a multiple of nnodes",
-    "parallel-hosts": "a multi-node profile names fewer hosts than nodes",
+    "parallel-hosts": "a multi-node profile names neither one host per node nor one cluster",
     "memory": "weights per GPU plus KV headroom exceed GPU memory x mem_fraction_static",
     "unpinned-revision": "a checkpoint revision is not pinned to a commit",
     "spec-rewrite": "the engine would rewrite a speculative parameter",
@@ -280,9 +280,9 @@ def _parallel(inputs: Inputs, _: CaptureResolution | None) -> Iterator[Finding]:
     if tp % nodes:
         yield _f("tp-gpus", E, f"tp {tp} is not a multiple of nnodes {nodes}; the engine refuses to start",
                  "make parallel.tp a multiple of parallel.nnodes", "parallel.tp", tp=tp, nnodes=nodes)
-    if nodes > 1 and len(p.hosts) < nodes:
-        yield _f("parallel-hosts", E, f"nnodes {nodes} but hosts lists {len(p.hosts)}", "list one host per node; the first is node rank 0",
-                 "hosts", nnodes=nodes, hosts=list(p.hosts))
+    if nodes > 1 and len(p.hosts) < nodes and len(p.hosts) != 1:  # one entry: a cluster whose scheduler places every rank
+        yield _f("parallel-hosts", E, f"nnodes {nodes} but hosts lists {len(p.hosts)}",
+                 "list one host per node (the first is node rank 0), or one Slurm cluster", "hosts", nnodes=nodes, hosts=list(p.hosts))
     if t is None:
         return
     heads, kv = t.num_attention_heads, t.num_key_value_heads

@@ -8,13 +8,14 @@ import itertools
 import json
 import shlex
 
-from specctl.constants import ADAPTIVE_PATH, OVERLAY_PATH, RELEASE_DIR_VAR
+from specctl.constants import ADAPTIVE_PATH, HEAD_ADDRESS, HEAD_ADDRESS_VAR, OVERLAY_PATH, RELEASE_DIR_VAR
 from specctl.plan.plan import NodePlan, Plan
 
 
 def quote(word: str) -> str:
     """Quote one argv word for sh; the paths into the release (the drafter overlay, the adaptive
-    tiers) alone keep the release directory's variable expandable.
+    tiers) alone keep the release directory's variable expandable, and a scheduler job's
+    `${SPECCTL_HEAD_ADDRESS}:port` its head node's address.
 
     Characters that are not printable (ESC, other controls, bidi overrides) are legal in a value but
     would act on the terminal that shows the script, so they are written as octal escapes of a
@@ -23,6 +24,8 @@ def quote(word: str) -> str:
     """
     if word in (OVERLAY_PATH, ADAPTIVE_PATH):
         return word.replace(f"${{{RELEASE_DIR_VAR}}}", f'"${{{RELEASE_DIR_VAR}}}"')
+    if word.startswith(HEAD_ADDRESS + ":") and word[len(HEAD_ADDRESS) + 1:].isdigit():
+        return f'"${{{HEAD_ADDRESS_VAR}}}"' + word[len(HEAD_ADDRESS):]
     if all(map(_shows, word)):
         return shlex.quote(word)
     pieces = []

@@ -1,4 +1,4 @@
-"""The Inventory (`hosts.yaml`): hosts by name and groups of them."""
+"""The Inventory (`hosts.yaml`): hosts by name, groups of them, and clusters run by a scheduler."""
 
 from __future__ import annotations
 
@@ -9,6 +9,19 @@ from pydantic import ConfigDict, Field, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
 from specctl.profile.profile import Name, StrictModel
+
+
+def state_directory(root: str) -> str:
+    """Releases are created and removed under root, so it must be a real directory of its own:
+    an empty or relative root would land in whatever directory a command runs in, and "/" is
+    the whole filesystem."""
+    if not (root == "~" or root.startswith("~/") or root.startswith("/")):
+        raise PydanticCustomError("root_relative", "root {root!r} is not an absolute path or one under ~/",
+                                  {"root": root, "fix": "write an absolute path, or one under the host's home, e.g. `root: ~/.specctl`"})
+    if posixpath.normpath(root) in ("/", "//"):
+        raise PydanticCustomError("root_filesystem", "root {root!r} is the filesystem root",
+                                  {"root": root, "fix": "use a directory of its own, e.g. `root: /srv/specctl`"})
+    return root
 
 
 class SshTarget(StrictModel):
@@ -32,23 +45,40 @@ class Host(StrictModel):
     @field_validator("root")
     @classmethod
     def _root_is_a_state_directory(cls, root: str) -> str:
-        """Releases are created and removed under root, so it must be a real directory of its own:
-        an empty or relative root would land in whatever directory a command runs in, and "/" is
-        the whole filesystem."""
-        if not (root == "~" or root.startswith("~/") or root.startswith("/")):
-            raise PydanticCustomError("root_relative", "root {root!r} is not an absolute path or one under ~/",
-                                      {"root": root, "fix": "write an absolute path, or one under the host's home, e.g. `root: ~/.specctl`"})
-        if posixpath.normpath(root) in ("/", "//"):
-            raise PydanticCustomError("root_filesystem", "root {root!r} is the filesystem root",
-                                      {"root": root, "fix": "use a directory of its own, e.g. `root: /srv/specctl`"})
-        return root
+        return state_directory(root)
+
+
+class SlurmCluster(StrictModel):
+    """A Slurm cluster: specctl talks to its login node (a host of this inventory, or `local` when
+    specctl runs there), keeps releases under `root` on storage every node mounts, and lets
+    `sbatch` place the servers."""
+
+    kind: Literal["slurm"]
+    login: Annotated[str, Field(description="the login node: a host of this inventory, or `local`")]
+    root: Annotated[str, Field(description="state directory on storage the login node and every compute node share")]
+    partition: str | None = None
+    account: str | None = None
+    qos: str | None = None
+    time: Annotated[str | None, Field(description="the job's time limit, as sbatch --time reads it")] = None
+    gres: Annotated[str | None, Field(description="sbatch --gres per node (default gpu:<hardware.gpus_per_node>; '' for none)")] = None
+    python: str | None = None
+    env: Annotated[dict[str, str], Field(description="environment of the cluster's commands on the login node (SLURM_CONF, ...)")] = {}
+    setup: Annotated[list[str], Field(description="shell lines the job runs before its step (module load, ...)")] = []
+    sbatch_args: list[str] = []
+    srun_args: Annotated[list[str], Field(description="extra srun flags for the server step (--container-image=..., --mpi=...)")] = []
+
+    @field_validator("root")
+    @classmethod
+    def _root_is_a_state_directory(cls, root: str) -> str:
+        return state_directory(root)
 
 
 class Inventory(StrictModel):
     api_version: Literal["specctl/v1"] = Field("specctl/v1", alias="apiVersion")
     kind: Literal["Inventory"] = "Inventory"
-    hosts: dict[Name, Host]
+    hosts: dict[Name, Host] = {}
     groups: dict[str, list[str]] = {}
+    clusters: dict[Name, SlurmCluster] = {}
 
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True, populate_by_name=True, defer_build=True)
 
@@ -59,4 +89,16 @@ class Inventory(StrictModel):
             if unknown:
                 raise PydanticCustomError("unknown_host", "group {group!r} names unknown hosts {unknown}",
                                           {"group": group, "unknown": unknown, "at": f"groups.{group}", "fix": "define them under hosts, or fix the names"})
+        return self
+
+    @model_validator(mode="after")
+    def _clusters_reach_a_login_node(self) -> Inventory:
+        for name, cluster in self.clusters.items():
+            if cluster.login != "local" and cluster.login not in self.hosts:
+                raise PydanticCustomError("unknown_login", "cluster {name!r} names login node {login!r}, which is not a host",
+                                          {"name": name, "login": cluster.login, "at": f"clusters.{name}.login",
+                                           "fix": "define it under hosts:, or write `login: local` when specctl runs on it"})
+            if name in self.hosts or name in self.groups:
+                raise PydanticCustomError("cluster_name_taken", "cluster {name!r} is also a host or group name",
+                                          {"name": name, "at": f"clusters.{name}", "fix": "give the cluster a name of its own"})
         return self

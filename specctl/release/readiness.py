@@ -1,7 +1,8 @@
 """Waiting for a started server: ready means a real generation answered (`/health_generate`).
 
-Readiness is asked over HTTP and the server's liveness and log over SSH; a connection that drops
-and comes back in the middle only costs a poll, and one that stays down ends the wait at its budget.
+Readiness is asked over HTTP and the server's liveness and log over SSH (from its target: a process
+group, or a scheduler's job, which may first wait in a queue); a connection that drops and comes
+back in the middle only costs a poll, and one that stays down ends the wait at its budget.
 """
 
 from __future__ import annotations
@@ -11,7 +12,8 @@ from collections.abc import Callable, Sequence
 
 from specctl.cancel import NEVER, CancelToken
 from specctl.errors import ConnectionLost, HostError
-from specctl.release.release import Release, observe
+from specctl.release.release import Release
+from specctl.release.target import Target
 from specctl.verdict.client import EngineClient
 
 
@@ -32,32 +34,39 @@ def stage_of(lines: Sequence[str], stages: Sequence[tuple[str, str]]) -> str:
     return reached
 
 
-def wait_ready(release: Release, port: int, stages: Sequence[tuple[str, str]], *, process_group: int, budget_s: float,
+def wait_ready(target: Target, release: Release, port: int, stages: Sequence[tuple[str, str]], *, handle: int, budget_s: float,
                on_progress: Callable[[str], None] = lambda stage: None, poll_s: float = 0.5,
                cancel: CancelToken = NEVER) -> float:
     """Block until the server answers a generation; returns the seconds it took. The first polls
     come quickly (a server that starts in a moment is not kept waiting a whole poll), then every
-    `poll_s`."""
+    `poll_s`. The budget covers a scheduler's queue too: a job that waits past it has failed to start."""
     t = release.transport
-    client = EngineClient(f"http://{t.address}:{port}", timeout_s=30, cancel=cancel)
     start = time.monotonic()
     lines: list[str] = []
     pause = min(0.05, poll_s)
+    address: str | None = t.address if target.on_host else None  # a job's is known once it is placed
     while True:
-        if client.healthy(timeout_s=min(30.0, max(1.0, budget_s - (time.monotonic() - start)))):
-            on_progress("ready")
-            return time.monotonic() - start
+        if address is not None:
+            client = EngineClient(f"http://{address}:{port}", timeout_s=30, cancel=cancel)
+            if client.healthy(timeout_s=min(30.0, max(1.0, budget_s - (time.monotonic() - start)))):
+                on_progress("ready")
+                return time.monotonic() - start
+        waiting = None
         try:
-            alive, lines = observe(release, process_group)
+            seen = target.observe(release, handle)
+            alive, lines, waiting = seen.alive, seen.lines, seen.waiting
+            address = seen.address or address
+            ended = seen.ended
         except ConnectionLost:
-            alive = True  # unknown: the server may well be loading; its health decides, or the budget
+            alive, ended = True, None  # unknown: the server may well be loading; its health decides, or the budget
             on_progress("host connection lost; still waiting")
         if not alive:
-            raise StartupFailed(f"{t.name}: the server exited during start-up", host=t.name, log=lines[-20:],
-                                fix="read the server log lines shown with this error; `specctl logs` shows the whole log")
+            raise StartupFailed(f"{t.name}: the server exited during start-up" + (f" ({ended})" if ended else ""), host=t.name,
+                                log=lines[-20:], fix="read the server log lines shown with this error; `specctl logs` shows the whole log")
         if time.monotonic() - start > budget_s:
-            raise StartupFailed(f"{t.name}: no generation within the {budget_s:.0f} s start-up budget", host=t.name,
+            raise StartupFailed(f"{t.name}: no generation within the {budget_s:.0f} s start-up budget"
+                                + (f" ({waiting})" if waiting else ""), host=t.name,
                                 log=lines[-20:], fix="raise the start-up budget (--startup-timeout), or read the log for a hang")
-        on_progress(stage_of(lines, stages))
+        on_progress(waiting or stage_of(lines, stages))
         cancel.sleep(pause)
         pause = min(pause * 2, poll_s)

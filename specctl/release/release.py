@@ -273,10 +273,10 @@ true
 
 @dataclass(frozen=True)
 class Server:
-    """A running server of a profile on a host: its release and process group."""
+    """A running server of a profile: its release and handle (process group, or a scheduler's job id)."""
 
     release: str
-    process_group: int
+    handle: int
 
 
 def servers(transport: Transport, base: str) -> list[Server]:

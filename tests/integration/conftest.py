@@ -1,4 +1,5 @@
-"""Integration fixtures: a lab of real sshd hosts (network namespaces where possible)."""
+"""Integration fixtures: a lab of real sshd hosts (network namespaces where possible) and a real Slurm
+cluster (slurm.py)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import yaml
 
 from specctl.flows.demo import write_inputs
 
+from tests.integration.slurm import SlurmLab, slurm_missing
 from tests.integration.sshd import SshLab, namespaces_work
 
 
@@ -29,6 +31,32 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SshLab]:
         yield lab
     finally:
         lab.stop()
+
+
+@pytest.fixture(scope="session")
+def slurm_lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlurmLab]:
+    """A real Slurm cluster (slurmctld, slurmd nodes sn0 and sn1 in namespaces of their own, munged),
+    started once for the session; tests that drain nodes or leave jobs use `slurm` instead."""
+    if not namespaces_work():
+        pytest.skip("the Slurm lab needs root and network namespaces")
+    if missing := slurm_missing():
+        why = f"Slurm is not installed ({', '.join(missing)} missing; make test installs slurm-wlm and munge as root)"
+        if os.environ.get("CI") == "true":
+            pytest.fail(why)
+        pytest.skip(why)
+    lab = SlurmLab(tmp_path_factory.mktemp("slurmlab"))
+    try:
+        lab.start()
+        yield lab
+    finally:
+        lab.stop()
+
+
+@pytest.fixture
+def slurm(slurm_lab: SlurmLab) -> Iterator[SlurmLab]:
+    """The session's Slurm lab, reset after the test: every job cancelled, every node resumed and idle."""
+    yield slurm_lab
+    slurm_lab.reset()
 
 
 @pytest.fixture

@@ -35,6 +35,20 @@ def namespaces_work() -> bool:
         return False
 
 
+def wire_namespace(ns: str, outside: str, inside: str, subnet: str) -> None:
+    """A veth pair into namespace `ns`: `<subnet>.1` on this machine's side, `<subnet>.2` inside, and a
+    default route through this machine, so namespaces reach each other (multi-node rendezvous)."""
+    _run("ip", "link", "add", outside, "type", "veth", "peer", "name", inside)
+    _run("ip", "link", "set", inside, "netns", ns)
+    _run("ip", "addr", "add", f"{subnet}.1/24", "dev", outside)
+    _run("ip", "link", "set", outside, "up")
+    _run("ip", "netns", "exec", ns, "ip", "addr", "add", f"{subnet}.2/24", "dev", inside)
+    _run("ip", "netns", "exec", ns, "ip", "link", "set", inside, "up")
+    _run("ip", "netns", "exec", ns, "ip", "link", "set", "lo", "up")
+    _run("ip", "netns", "exec", ns, "ip", "route", "add", "default", "via", f"{subnet}.1")
+    _run("sysctl", "-qw", "net.ipv4.ip_forward=1")
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -129,16 +143,7 @@ class SshLab:
             subnet = f"10.{self.octet}.{index + 10}"  # per run, so concurrent runs never collide
             _remove_stale(ns, outside, subnet)
             _run("ip", "netns", "add", ns)
-            _run("ip", "link", "add", outside, "type", "veth", "peer", "name", inside)
-            _run("ip", "link", "set", inside, "netns", ns)
-            _run("ip", "addr", "add", f"{subnet}.1/24", "dev", outside)
-            _run("ip", "link", "set", outside, "up")
-            _run("ip", "netns", "exec", ns, "ip", "addr", "add", f"{subnet}.2/24", "dev", inside)
-            _run("ip", "netns", "exec", ns, "ip", "link", "set", inside, "up")
-            _run("ip", "netns", "exec", ns, "ip", "link", "set", "lo", "up")
-            # a route through this machine, so the hosts reach each other (multi-node rendezvous)
-            _run("ip", "netns", "exec", ns, "ip", "route", "add", "default", "via", f"{subnet}.1")
-            _run("sysctl", "-qw", "net.ipv4.ip_forward=1")
+            wire_namespace(ns, outside, inside, subnet)
             (hostdir / "bashrc").write_text("# this host's own login-shell start-up file\n")
             host = SshHost(name, f"{subnet}.2", port, hostdir / "root", ns, bashrc=hostdir / "bashrc", tmpfs=dict(tmpfs or {}))
         else:

@@ -98,7 +98,7 @@ CASES: dict[str, tuple[Edit, Edit]] = {
     "algorithm-drafter": (profile(speculative={"algorithm": "EAGLE"}), profile(speculative={"algorithm": "EAGLE3"})),
     "tp-heads": (profile(parallel={"tp": 3}, hardware={"gpus_per_node": 8}), profile(parallel={"tp": 8})),
     "tp-gpus": (profile(parallel={"tp": 8}, hardware={"gpus_per_node": 4}), profile(parallel={"tp": 4}, hardware={"gpus_per_node": 4})),
-    "parallel-hosts": (profile(parallel={"tp": 8, "nnodes": 2}, hardware={"gpus_per_node": 4}, hosts=["a"]),
+    "parallel-hosts": (profile(parallel={"tp": 8, "nnodes": 2}, hardware={"gpus_per_node": 4}, hosts=[]),
                        profile(parallel={"tp": 8, "nnodes": 2}, hardware={"gpus_per_node": 4}, hosts=["a", "b"])),
     "memory": (both(target(hidden_size=8192, intermediate_size=28672, num_attention_heads=64, num_key_value_heads=8, num_hidden_layers=80, vocab_size=128256),
                     manifest(target={"hidden_size": 8192, "num_hidden_layers": 80, "vocab_size": 128256}, capture={"width": 24576}),

@@ -278,3 +278,30 @@ def test_nul_in_an_env_name_or_a_model_path_is_refused(tmp_path: Path) -> None:
     assert {p.field for p in found} >= {"engine.env.A\\x00"}
     [p] = problems_of(write(tmp_path, GOOD.replace("model: /models/target", 'model: "/models/target\\0"')))
     assert (p.field, p.line) == ("target.model", 7) and "NUL" in p.message
+
+
+# --- Slurm clusters in the inventory ----------------------------------------------------------------------
+
+CLUSTER = ("apiVersion: specctl/v1\nkind: Inventory\nhosts:\n  login-1:\n    ssh: login-1\n"
+           "clusters:\n  gpu-slurm:\n    kind: slurm\n    login: {login}\n    root: {root}\n")
+
+
+@pytest.mark.parametrize(("login", "root", "line", "field", "says"), [
+    ("login-2", "/shared/specctl", 9, "clusters.gpu-slurm.login", "not a host"),
+    ("login-1", "shared/specctl", 10, "clusters.gpu-slurm.root", "not an absolute path"),
+])
+def test_a_cluster_entry_names_its_login_node_and_a_shared_root(cli: Any, tmp_path: Path, login: str, root: str, line: int,
+                                                                 field: str, says: str) -> None:
+    p = one_problem(cli, "validate", str(write(tmp_path, CLUSTER.format(login=login, root=root), "hosts.yaml")))
+    assert (p["line"], p["field"]) == (line, field) and says in p["message"], p
+
+
+def test_a_cluster_resolves_to_its_login_node(tmp_path: Path) -> None:
+    from specctl.hosts.inventory import resolve_hosts
+
+    path = write(tmp_path, CLUSTER.format(login="login-1", root="/shared/specctl") + "    partition: gpu\n", "hosts.yaml")
+    [spec] = resolve_hosts(["gpu-slurm"], path)
+    assert (spec.name, spec.root, spec.ssh_alias) == ("gpu-slurm", "/shared/specctl", "login-1")
+    assert spec.slurm is not None and spec.slurm.partition == "gpu"
+    [local] = resolve_hosts(["gpu-slurm"], write(tmp_path, CLUSTER.format(login="local", root="/s"), "local.yaml"))
+    assert local.ssh_alias is None and local.transport().name == "local"

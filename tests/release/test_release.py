@@ -110,7 +110,7 @@ def test_servers_are_found_without_pid_file_or_release_directory(tmp_path: Path)
         assert sorted(s.release for s in rel.servers(t, a.base)) == ["a", "b"]
         (Path(a.dir) / rel.PID).unlink()
         subprocess.run(["rm", "-rf", b.dir], check=True)  # its release directory is gone: the environment still names it
-        assert sorted((s.release, s.process_group) for s in rel.servers(t, a.base)) == [("a", groups["a"]), ("b", groups["b"])]
+        assert sorted((s.release, s.handle) for s in rel.servers(t, a.base)) == [("a", groups["a"]), ("b", groups["b"])]
         assert rel.stop_running(t, str(tmp_path), "p") == ["a", "b"]
         _wait_gone(groups["a"])
         _wait_gone(groups["b"])

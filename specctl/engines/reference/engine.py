@@ -31,6 +31,9 @@ class ReferenceEngine(SGLangEngine):
     def build_script(self) -> Path | None:
         return None  # it emulates sglang's rules from specctl's own table: there is no host build to ask
 
+    def container_image(self, version: str) -> str | None:
+        return None  # a rehearsal engine: no image is published; a pod runs whatever image --image names
+
     def chat_ids_command(self, python: str, argv: Sequence[str]) -> list[str]:
         return [python, "-m", "specctl.engines.reference.tokenizer"]  # one byte-level tokenizer for every model
 

@@ -342,6 +342,11 @@ class SGLangEngine:
     def pins_installed_version(self) -> bool:
         return True
 
+    def container_image(self, version: str) -> str | None:
+        # the project's release images on Docker Hub are tagged v<version> (CUDA variants add a
+        # suffix, e.g. v0.5.12-cu130; the plain tag is the default build)
+        return f"lmsysorg/sglang:v{version}"
+
     def http_contract(self, version: str) -> HttpContract:
         """From data/http.json (scripts/gen_sglang_http.py: the first release of each feature); a
         version the table does not list is taken as the newest."""

@@ -1,0 +1,102 @@
+"""A Plan as a Slurm batch script: one job, one `srun` step, one task per node.
+
+Each task runs its node's launch script from the release directory (on storage every node mounts):
+node rank = `SLURM_NODEID`, so rank 0's `launch.sh` on the first node of the allocation and
+`launch-<rank>.sh` on the others. The ranks meet at the first node of `SLURM_JOB_NODELIST`, whose
+address (its `NodeAddr`) the job finds and hands to the launch scripts as `SPECCTL_HEAD_ADDRESS`
+and writes to `head-address`, where specctl reads where to send HTTP.
+
+The job watches its own confirmation as the SSH path's watchdog does: unless `current` names this
+release by the deadline (the script's first argument, seconds), it cancels itself, so a deploy that
+lost the login node leaves no job holding GPUs.
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from specctl.constants import HEAD_ADDRESS_VAR, RELEASE_DIR_VAR
+from specctl.plan.plan import Plan
+
+__all__ = ["FACTS_FILE", "FACTS_SCRIPT", "HEAD_FILE", "JOB_FILE", "JobSettings", "job_name", "node_script", "render_sbatch"]
+
+JOB_FILE = "job.sbatch"
+HEAD_FILE = "head-address"
+FACTS_FILE = "allocation-facts.txt"
+FACTS_SCRIPT = "facts.sh"
+JOB_PREFIX = "specctl:"
+
+
+@dataclass(frozen=True)
+class JobSettings:
+    """What the site decides (the inventory's cluster entry) plus where the release lives."""
+
+    release_dir: str
+    profile_dir: str
+    run_id: str
+    partition: str | None = None
+    account: str | None = None
+    qos: str | None = None
+    time: str | None = None
+    gres: str | None = None
+    setup: Sequence[str] = ()
+    sbatch_args: Sequence[str] = ()
+    srun_args: Sequence[str] = ()
+    python: str = "python3"
+    port: int = 30000
+    distribution: str = "sglang"
+
+
+def job_name(profile: str, run_id: str) -> str:
+    """The job's name: how specctl finds a profile's jobs in `squeue` (and which release each runs)."""
+    return f"{JOB_PREFIX}{profile}:{run_id}"
+
+
+def node_script(rank: int) -> str:
+    """The launch script a node rank runs, inside the release directory."""
+    return "launch.sh" if rank == 0 else f"launch-{rank}.sh"
+
+
+def render_sbatch(plan: Plan, job: JobSettings) -> str:
+    """The batch script of a release; deterministic, every site value shell-quoted."""
+    nodes = len(plan.nodes)
+    q = shlex.quote
+    options = [f"--job-name={job_name(plan.profile, job.run_id)}", f"--nodes={nodes}", "--ntasks-per-node=1",
+               f"--output={job.release_dir}/server.log", "--open-mode=append", f"--chdir={job.release_dir}"]
+    options += [f"--{flag}={value}" for flag, value in (("partition", job.partition), ("account", job.account),
+                                                         ("qos", job.qos), ("time", job.time), ("gres", job.gres)) if value]
+    options += list(job.sbatch_args)
+    kind = "baseline (no speculation)" if plan.baseline else "speculative"
+    lines = ["#!/bin/sh",
+             *(f"#SBATCH {q(option)}" for option in options),
+             f"# specctl job script: profile {plan.profile} v{plan.version}, {nodes} node(s), {kind}, release {job.run_id}",
+             f"# profile sha256 {plan.sha256}",
+             "set -u",
+             'confirm_s=${1:-0}',
+             *job.setup,
+             f"export {RELEASE_DIR_VAR}={q(job.release_dir)}",
+             'cd "$SPECCTL_RELEASE_DIR" || exit 1',
+             # the first node of the allocation is node rank 0; its NodeAddr is where the ranks meet
+             'head=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)',
+             'addr=$(scontrol show node "$head" -o 2>/dev/null | tr " " "\\n" | sed -n "s/^NodeAddr=//p")',
+             f'export {HEAD_ADDRESS_VAR}="${{addr:-$head}}"',
+             f'printf "%s\\n" "${HEAD_ADDRESS_VAR}" >{HEAD_FILE}.tmp && mv -f {HEAD_FILE}.tmp {HEAD_FILE}',
+             f"sh {FACTS_SCRIPT} {q(job.python)} {q(job.release_dir)} {job.port} {q(job.distribution)} "
+             f">{FACTS_FILE}.tmp 2>/dev/null; mv -f {FACTS_FILE}.tmp {FACTS_FILE}",
+             *_confirm_watch(job),
+             "srun --kill-on-bad-exit=1 --ntasks=" + str(nodes) + " --ntasks-per-node=1 "
+             + "".join(q(arg) + " " for arg in job.srun_args)
+             + "sh -c " + q('if [ "$SLURM_NODEID" = 0 ]; then exec sh launch.sh; else exec sh "launch-$SLURM_NODEID.sh"; fi')]
+    return "\n".join(lines) + "\n"
+
+
+def _confirm_watch(job: JobSettings) -> list[str]:
+    """A background loop: the job cancels itself unless `current` names its release by the deadline."""
+    body = (f'base={shlex.quote(job.profile_dir)}; id={shlex.quote(job.run_id)}; until=$(( $(date +%s) + confirm_s )); '
+            'while :; do case $(readlink "$base/current" 2>/dev/null) in */"$id") exit 0;; esac; '
+            'if [ "$(date +%s)" -ge "$until" ]; then '
+            'echo "specctl: release $id was not made current by its deadline: cancelling job $SLURM_JOB_ID"; '
+            'scancel "$SLURM_JOB_ID"; exit 0; fi; sleep 1; done')
+    return [f'if [ "$confirm_s" -gt 0 ]; then ( {body} ) & fi']

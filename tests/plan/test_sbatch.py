@@ -1,0 +1,77 @@
+"""The Slurm batch script of a release: its #SBATCH lines from the cluster entry, and, run by the real
+`sh` with `scontrol` and `srun` stand-ins on PATH (the Slurm lab runs the real ones), node rank 0's
+address handed to every rank's launch script, the allocation's facts written, and each rank running
+its own script."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+from specctl.constants import HEAD_ADDRESS
+from specctl.flows import static
+from specctl.flows.release_files import job_files
+from specctl.plan.plan import Plan
+from specctl.plan.render import render_sh
+from specctl.plan.sbatch import HEAD_FILE, JOB_FILE, JobSettings, job_name, render_sbatch
+from specctl.profile.inventory import SlurmCluster
+from tests.factory import Scenario, merge
+
+
+def two_node_plan(tmp_path: Path) -> tuple[static.CheckReport, Plan]:
+    s = Scenario(tmp_path)
+    s.profile = merge(s.profile, {"parallel": {"tp": 2, "nnodes": 2}, "hardware": {"gpus_per_node": 1}})
+    report = static.check(s.write())
+    return report, static.plan(report, node0_address=HEAD_ADDRESS)
+
+
+def test_the_cluster_entry_becomes_sbatch_options(tmp_path: Path) -> None:
+    _, plan = two_node_plan(tmp_path)
+    job = JobSettings("/shared/p/releases/r1", "/shared/p", "r1", partition="gpu", account="team a", time="01:00:00",
+                      gres="gpu:1", sbatch_args=("--exclusive",), srun_args=("--container-image=img:1",))
+    script = render_sbatch(plan, job)
+    directives = [line.removeprefix("#SBATCH ") for line in script.splitlines() if line.startswith("#SBATCH")]
+    assert directives == [f"--job-name={job_name(plan.profile, 'r1')}", "--nodes=2", "--ntasks-per-node=1",
+                          "--output=/shared/p/releases/r1/server.log", "--open-mode=append", "--chdir=/shared/p/releases/r1",
+                          "--partition=gpu", "'--account=team a'", "--time=01:00:00", "--gres=gpu:1", "--exclusive"]
+    assert "srun --kill-on-bad-exit=1 --ntasks=2 --ntasks-per-node=1 --container-image=img:1 sh -c" in script
+
+
+def test_every_rank_meets_at_the_allocations_first_node(tmp_path: Path) -> None:
+    report, plan = two_node_plan(tmp_path)
+    release = tmp_path / "shared" / "p" / "releases" / "r1"
+    release.mkdir(parents=True)
+    cluster = SlurmCluster(kind="slurm", login="local", root=str(tmp_path / "shared"), setup=["export SITE_SETUP=done"])
+    files = job_files(report, plan, cluster, str(release), "r1")
+    for name, (data, mode) in {**files, "launch.sh": (render_sh(plan, plan.nodes[0]).encode(), 0o755)}.items():
+        (release / name).write_bytes(data)
+        (release / name).chmod(mode)
+    # stand-ins for the Slurm commands the job calls; every rank's launch script records its argv instead of exec'ing
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "scontrol").write_text('#!/bin/sh\ncase "$2" in hostnames) echo n7; echo n8;; node) '
+                                      'echo "NodeName=n7 Arch=x86_64 NodeAddr=10.9.0.7 NodeHostName=n7";; esac\n')
+    (bin_dir / "srun").write_text('#!/bin/sh\nwhile [ "${1#-}" != "$1" ]; do shift; done\n'
+                                  'for r in 0 1; do SLURM_NODEID=$r "$@"; done\n')
+    for name in ("launch.sh", "launch-1.sh"):
+        text = (release / name).read_text().replace("\nexec ", '\necho "$SITE_SETUP" ', 1)
+        (release / name).write_text(text)
+    for tool in bin_dir.iterdir():
+        tool.chmod(0o755)
+    env = {"PATH": f"{bin_dir}:{os.environ['PATH']}", "SLURM_JOB_NODELIST": "n[7-8]", "SLURM_JOB_ID": "42"}
+    done = subprocess.run(["sh", str(release / JOB_FILE), "0"], capture_output=True, text=True, env=env, cwd=tmp_path, check=True)
+    ranks = [line.split() for line in done.stdout.splitlines() if line.startswith("done ")]
+    assert len(ranks) == 2
+    for rank, argv in enumerate(ranks):
+        assert argv[argv.index("--node-rank") + 1] == str(rank)
+        assert argv[argv.index("--dist-init-addr") + 1] == "10.9.0.7:" + str(report.inputs.profile.parallel.dist_init_port)
+    assert (release / HEAD_FILE).read_text() == "10.9.0.7\n"
+    assert "disk_free_kib=" in (release / "allocation-facts.txt").read_text()
+
+
+def test_the_head_address_is_the_launch_lines_only_expansion(tmp_path: Path) -> None:
+    _, plan = two_node_plan(tmp_path)
+    script = render_sh(plan, plan.nodes[1])
+    [exec_line] = [line for line in script.splitlines() if line.startswith("exec ")]
+    assert '"${SPECCTL_HEAD_ADDRESS}":50000' in exec_line and exec_line.count("$") == 1
