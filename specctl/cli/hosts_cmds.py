@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 import time
 from typing import Annotated
 
@@ -179,7 +180,8 @@ def deploy(
                 stage_text += f"; DISK SHORT: {size_text(disk['free'])} free in {disk['cache']}"
             overlay = row.get("overlay")
             overlay_text = f"{overlay['directory']} -> {overlay['links_to']}, ids {overlay['ids']}" if overlay else "-"
-            table.add_row(row["host"], row["current"], stage_text, overlay_text, row["launch"])
+            launch = row["launch"] + (f"\nas a Slurm job: {shlex.join(row['job'])}" if row.get("job") else "")
+            table.add_row(row["host"], row["current"], stage_text, overlay_text, launch)
         output.result({"dry_run": rows}, table)
         return
     with recorded(output, ledger=ledger, reason=reason, secrets=p.secrets, ssh_config=ssh_config,

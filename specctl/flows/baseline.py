@@ -9,6 +9,7 @@ import dataclasses
 import hashlib
 import json
 
+from specctl.constants import HEAD_ADDRESS
 from specctl.errors import HostError, InputError
 from specctl.flows.change import Change
 from specctl.flows.prompts import release_prompts
@@ -48,22 +49,24 @@ def baseline(ctx: Context, report: CheckReport, host: HostSpec) -> tuple[str, Ba
     name, v = profile.metadata.name, profile.verify
     workload = profile_workload(report)
     session = ctx.session(host, name)
-    the_plan = plan(report, baseline=True)
+    the_plan = plan(report, baseline=True, node0_address=HEAD_ADDRESS if host.slurm is not None else None)
     with recording(ctx, "baseline", hosts=[host.name], baseline_key=baseline_key(profile, workload.sha256),
                    inputs={"workload": workload.name, "workload_sha256": workload.sha256}, **profile_fields(report)) as rec:
         with session.locked(rec.run_id):
-            change = Change(session, session.release(rec.run_id, name + BASELINE_SUFFIX), port=profile.engine.port,
+            release = session.release(rec.run_id, name + BASELINE_SUFFIX)
+            change = Change(session, release, port=profile.engine.port,
                             python=profile.engine.python, distribution=report.inputs.engine.distribution(),
                             startup_stages=report.inputs.engine.startup_stages(), budget_s=ctx.budget_s,
                             files=release_contents(report, the_plan, dataclasses.replace(
-                                the_plan.nodes[0], env=host_env(the_plan.nodes[0].env, host.hf_home))),
+                                the_plan.nodes[0], env=host_env(the_plan.nodes[0].env, host.hf_home)),
+                                cluster=host.slurm, release=release),
                             clear=(name, name + BASELINE_SUFFIX), checkpoints=profile_checkpoints(profile, baseline=True),
                             stage_env=host_env(profile.engine.env, host.hf_home))
             walk = Walk(rec.events(host.name), before=ctx.cancel.check)
             measured: list[list[PointResult]] = []
 
             def measure_stage() -> None:
-                client = EngineClient(f"http://{session.server_address(change.release.run_id)}:{profile.engine.port}", cancel=ctx.cancel)
+                client = EngineClient(f"http://{session.server_address(change.release)}:{profile.engine.port}", cancel=ctx.cancel)
                 prompts = release_prompts(change.release, read_release(change.release), report.inputs.engine, ids=v.stream)
                 warm_up(client, prompts, max_new_tokens=v.max_new_tokens, temperature=v.temperature)
                 measured.append(measure_points(client, prompts, v, gated=False, cancelled=lambda: ctx.cancel.cancelled,

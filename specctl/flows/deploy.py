@@ -25,7 +25,7 @@ from specctl.errors import HostError, InputError
 from specctl.constants import HEAD_ADDRESS
 from specctl.flows.change import Change, Files, NodeGate, retire
 from specctl.flows.recorder import Recorder, let_go_all, recording
-from specctl.flows.release_files import job_files, release_contents
+from specctl.flows.release_files import release_contents
 from specctl.flows.report import HostReport, profile_fields
 from specctl.flows.rollback import rollback
 from specctl.flows.session import Context, HostSession, error_text
@@ -159,13 +159,9 @@ class Deploy:
         if session.spec.hf_home:  # this host's cache, from the inventory
             node = dataclasses.replace(node, env=host_env(node.env, session.spec.hf_home))
         release = session.release(self.rec.run_id)
-        cluster = session.spec.slurm
 
         def files(staged: Mapping[str, Staged]) -> Files:
-            contents = release_contents(self.report, self.plan, node, staged)
-            if cluster is not None:
-                contents.update(job_files(self.report, self.plan, cluster, release.dir, release.run_id))
-            return contents
+            return release_contents(self.report, self.plan, node, staged, cluster=session.spec.slurm, release=release)
 
         return Change(session, release, port=p.engine.port, python=p.engine.python,
                       distribution=engine.distribution(), startup_stages=engine.startup_stages(), budget_s=self.ctx.budget_s,

@@ -64,20 +64,30 @@ def release_documents(report: CheckReport, p: Plan) -> dict[str, Any]:
     }
 
 
-def release_contents(report: CheckReport, p: Plan, node: NodePlan,
-                     staged: Mapping[str, Staged] | None = None) -> dict[str, tuple[bytes, int] | str]:
-    """Every file of one node's release directory (`staged`: the host's snapshots of Hub checkpoints)."""
-    return rel.release_files(p, node, release_documents(report, p), overlay_sources(report, p, staged or {}))
+def release_contents(report: CheckReport, p: Plan, node: NodePlan, staged: Mapping[str, Staged] | None = None, *,
+                     cluster: SlurmCluster | None = None, release: rel.Release | None = None) -> dict[str, tuple[bytes, int] | str]:
+    """Every file of one node's release directory (`staged`: the host's snapshots of Hub checkpoints);
+    on a `cluster`, the job's files too."""
+    files = rel.release_files(p, node, release_documents(report, p), overlay_sources(report, p, staged or {}))
+    if cluster is not None:
+        assert release is not None, "a cluster's release is written for one release directory"
+        files.update(job_files(report, p, cluster, release.dir, release.run_id))
+    return files
+
+
+def job_settings(report: CheckReport, cluster: SlurmCluster, release_dir: str, run_id: str) -> JobSettings:
+    """What a release's job asks of the cluster: the entry's site settings, GPUs from the profile."""
+    profile = report.inputs.profile
+    gres = cluster.gres if cluster.gres is not None else f"gpu:{profile.hardware.gpus_per_node}"
+    return JobSettings(release_dir, release_dir.rsplit("/releases/", 1)[0], run_id, cluster.partition, cluster.account, cluster.qos,
+                       cluster.time, gres, tuple(cluster.setup), tuple(cluster.sbatch_args), tuple(cluster.srun_args),
+                       cluster.python or profile.engine.python, profile.engine.port, report.inputs.engine.distribution())
 
 
 def job_files(report: CheckReport, p: Plan, cluster: SlurmCluster, release_dir: str, run_id: str) -> dict[str, tuple[bytes, int] | str]:
     """The files a Slurm release adds: `job.sbatch`, the facts script its first node runs, and the
     launch scripts of node ranks 1.. (rank 0's is `launch.sh`, as everywhere)."""
-    profile = report.inputs.profile
-    gres = cluster.gres if cluster.gres is not None else f"gpu:{profile.hardware.gpus_per_node}"
-    job = JobSettings(release_dir, release_dir.rsplit("/releases/", 1)[0], run_id, cluster.partition, cluster.account, cluster.qos,
-                      cluster.time, gres, tuple(cluster.setup), tuple(cluster.sbatch_args), tuple(cluster.srun_args),
-                      cluster.python or profile.engine.python, profile.engine.port, report.inputs.engine.distribution())
+    job = job_settings(report, cluster, release_dir, run_id)
     files: dict[str, tuple[bytes, int] | str] = {JOB_FILE: (render_sbatch(p, job).encode(), 0o755),
                                                  FACTS_SCRIPT: (host_facts.script().encode(), 0o644)}
     for node in p.nodes[1:]:

@@ -14,6 +14,8 @@ from typing import Any
 from specctl.facts import host as host_facts
 from specctl.errors import HostError
 from specctl.facts.host import HostFacts
+from specctl.constants import HEAD_ADDRESS
+from specctl.flows.release_files import job_settings
 from specctl.flows.session import error_text
 from specctl.flows.static import CheckReport, plan
 from specctl.hosts.group import run_group
@@ -23,6 +25,7 @@ from specctl.release import lock
 from specctl.profile.profile import is_local_path
 from specctl.release import release as rel
 from specctl.release import staging
+from specctl.plan.sbatch import sbatch_options
 from specctl.release.target import target_of
 from specctl.verdict.client import EngineClient
 
@@ -161,6 +164,11 @@ def preview(reach: Reach, report: CheckReport, hosts: Sequence[HostSpec], *, sec
                 row["stage"] = [{"repo": c.repo, "staged": None, "error": error_text(exc)} for c in checkpoints]
         rank = hosts.index(host) if p.parallel.nnodes > 1 else 0
         row["launch"] = shlex.join(the_plan.nodes[min(rank, len(the_plan.nodes) - 1)].argv)
+        if host.slurm is not None:  # one job runs every node rank, meeting at the allocation's first node
+            job_plan = plan(report, node0_address=HEAD_ADDRESS)
+            row["launch"] = shlex.join(job_plan.nodes[0].argv)
+            settings = job_settings(report, host.slurm, f"{root}/{profile}/releases/<run-id>", "<run-id>")
+            row["job"] = ["sbatch", *sbatch_options(job_plan, settings)]
         if the_plan.overlay is not None and p.drafter is not None:
             source = p.drafter.model if is_local_path(p.drafter.model) else snapshots.get(p.drafter.model, "(the staged snapshot)")
             row["overlay"] = {"directory": the_plan.overlay.directory, "links_to": source, "links": len(the_plan.overlay.links),

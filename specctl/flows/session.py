@@ -78,9 +78,9 @@ class HostSession:
         """What runs the profile's servers here: processes on the host, or a cluster's scheduler."""
         return target_of(self.spec, self.transport)
 
-    def server_address(self, run_id: str) -> str:
-        """Where release `run_id`'s server answers HTTP."""
-        return self.target.address(self.release(run_id))
+    def server_address(self, release: rel.Release) -> str:
+        """Where the release's server answers HTTP."""
+        return self.target.address(release)
 
     @property
     def root(self) -> str:

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from specctl.constants import HEAD_ADDRESS_VAR, RELEASE_DIR_VAR
 from specctl.plan.plan import Plan
 
-__all__ = ["FACTS_FILE", "FACTS_SCRIPT", "HEAD_FILE", "JOB_FILE", "JobSettings", "job_name", "node_script", "render_sbatch"]
+__all__ = ["FACTS_FILE", "FACTS_SCRIPT", "HEAD_FILE", "JOB_FILE", "JobSettings", "job_name", "node_script", "render_sbatch", "sbatch_options"]
 
 JOB_FILE = "job.sbatch"
 HEAD_FILE = "head-address"
@@ -59,15 +59,20 @@ def node_script(rank: int) -> str:
     return "launch.sh" if rank == 0 else f"launch-{rank}.sh"
 
 
+def sbatch_options(plan: Plan, job: JobSettings) -> list[str]:
+    """The job's sbatch options, as its #SBATCH lines carry them."""
+    options = [f"--job-name={job_name(plan.profile, job.run_id)}", f"--nodes={len(plan.nodes)}", "--ntasks-per-node=1",
+               f"--output={job.release_dir}/server.log", "--open-mode=append", f"--chdir={job.release_dir}"]
+    options += [f"--{flag}={value}" for flag, value in (("partition", job.partition), ("account", job.account),
+                                                         ("qos", job.qos), ("time", job.time), ("gres", job.gres)) if value]
+    return options + list(job.sbatch_args)
+
+
 def render_sbatch(plan: Plan, job: JobSettings) -> str:
     """The batch script of a release; deterministic, every site value shell-quoted."""
     nodes = len(plan.nodes)
     q = shlex.quote
-    options = [f"--job-name={job_name(plan.profile, job.run_id)}", f"--nodes={nodes}", "--ntasks-per-node=1",
-               f"--output={job.release_dir}/server.log", "--open-mode=append", f"--chdir={job.release_dir}"]
-    options += [f"--{flag}={value}" for flag, value in (("partition", job.partition), ("account", job.account),
-                                                         ("qos", job.qos), ("time", job.time), ("gres", job.gres)) if value]
-    options += list(job.sbatch_args)
+    options = sbatch_options(plan, job)
     kind = "baseline (no speculation)" if plan.baseline else "speculative"
     lines = ["#!/bin/sh",
              *(f"#SBATCH {q(option)}" for option in options),

@@ -20,6 +20,7 @@ import yaml
 from specctl.flows.demo import write_inputs
 from specctl.plan.sbatch import job_name
 from tests.integration.slurm import SlurmLab
+from tests.integration.sshd import SshLab
 
 PORT = 31950  # in each node's own network namespace
 
@@ -63,12 +64,14 @@ def scenario(tmp_path: Path, slurm: SlurmLab) -> tuple[Path, Path, list[str]]:
 def test_v1_verified_v2_refused_while_v1_serves_on_then_rollback(cli: Any, slurm: SlurmLab,
                                                                   scenario: tuple[Path, Path, list[str]]) -> None:
     v1, v2, common = scenario
-    first = cli("--json", "deploy", str(v1), "--baseline", "skip", *common)
+    on_cluster(v1, "slurm-demo", verify={"min_speedup": 0.5})
+    first = cli("--json", "deploy", str(v1), *common)  # with a baseline: a job of its own beside v1's, then cancelled
     assert first.code == 0, first.stdout + first.stderr
     [host] = first.json()["hosts"]
-    assert host["verdict"]["passed"], host
+    assert host["verdict"]["passed"] and host["verdict"]["baseline_run"], host
+    assert host["verdict"]["summary"]["speedup"]["estimate"] > 0
     run1 = host["release"]
-    assert jobs(slurm, "slurm-demo") == {run1: "RUNNING"}
+    assert jobs(slurm, "slurm-demo") == {run1: "RUNNING"} and jobs(slurm, "slurm-demo-baseline") == {}
     shown = cli("--json", "show", run1, "--ledger", common[3]).json()
     facts = shown["host_records"][0]["facts"]
     assert facts["disk_free_gib"] and facts["python"] and facts["host"] == "lab"  # gathered in the allocation, by the job
@@ -142,3 +145,30 @@ def test_two_nodes_serve_one_two_rank_server(cli: Any, slurm: SlurmLab, tmp_path
     log = (release / "server.log").read_text()
     assert "rank 1 joined" in log and "rank 0 waiting for 1 other node(s)" in log, log[-2000:]
     cli("stop", str(v1), *common[:2])
+
+
+def test_through_a_login_node_reached_over_ssh(cli: Any, slurm: SlurmLab, lab: SshLab, tmp_path: Path) -> None:
+    """The login node is an SSH host (the cluster's commands and their SLURM_CONF travel over SSH);
+    the dry run shows the job script without submitting anything."""
+    if not lab.use_namespaces:
+        pytest.skip("the login node must be a host of its own")
+    v1, _ = write_inputs(tmp_path, PORT + 3, gates=True)
+    on_cluster(v1, "slurm-ssh")
+    inventory = tmp_path / "hosts.yaml"
+    lab.inventory(inventory, sys.executable)
+    data = yaml.safe_load(inventory.read_text())
+    data["clusters"] = {"lab": {"kind": "slurm", "login": "h0", "root": str(slurm.shared_dir / "specctl-ssh"), "gres": "gpu:2",
+                                "python": sys.executable, "env": {"SLURM_CONF": str(slurm.conf_path)}}}
+    inventory.write_text(yaml.safe_dump(data))
+    common = ["--inventory", str(inventory), "--ssh-config", str(lab.ssh_config), "--ledger", str(tmp_path / "ledger.db")]
+    dry = cli("deploy", str(v1), "--dry-run", *common)
+    assert dry.code == 0, dry.stdout + dry.stderr
+    [row] = cli("--json", "deploy", str(v1), "--dry-run", *common).json()["dry_run"]
+    assert row["job"][:4] == ["sbatch", "--job-name=specctl:slurm-ssh:<run-id>", "--nodes=1", "--ntasks-per-node=1"]
+    assert "--gres=gpu:2" in row["job"] and "as a Slurm job: sbatch" in dry.stdout
+    assert jobs(slurm, "slurm-ssh") == {}
+    done = cli("--json", "deploy", str(v1), "--baseline", "skip", *common)
+    assert done.code == 0, done.stdout + done.stderr
+    [run_id] = jobs(slurm, "slurm-ssh")
+    assert done.json()["hosts"][0]["release"] == run_id
+    assert cli("stop", str(v1), *common[:4]).code == 0 and jobs(slurm, "slurm-ssh") == {}

@@ -304,4 +304,4 @@ def test_a_cluster_resolves_to_its_login_node(tmp_path: Path) -> None:
     assert (spec.name, spec.root, spec.ssh_alias) == ("gpu-slurm", "/shared/specctl", "login-1")
     assert spec.slurm is not None and spec.slurm.partition == "gpu"
     [local] = resolve_hosts(["gpu-slurm"], write(tmp_path, CLUSTER.format(login="local", root="/s"), "local.yaml"))
-    assert local.ssh_alias is None and local.transport().name == "local"
+    assert local.ssh_alias is None and local.transport().name == "gpu-slurm"  # this machine, named as the cluster
