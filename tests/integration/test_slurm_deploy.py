@@ -11,6 +11,9 @@ two-rank server.
 from __future__ import annotations
 
 import sys
+import threading
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -172,3 +175,54 @@ def test_through_a_login_node_reached_over_ssh(cli: Any, slurm: SlurmLab, lab: S
     [run_id] = jobs(slurm, "slurm-ssh")
     assert done.json()["hosts"][0]["release"] == run_id
     assert cli("stop", str(v1), *common[:4]).code == 0 and jobs(slurm, "slurm-ssh") == {}
+
+
+def _when_running(slurm: SlurmLab, profile: str, run_not: str, act: Callable[[str], None]) -> threading.Thread:
+    """In the background: once a job of the profile other than `run_not`'s runs, `act` on its node."""
+    def watch() -> None:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            for line in slurm.run("squeue", "-h", "-t", "RUNNING", "-o", "%j %N").stdout.splitlines():
+                name, node = line.split()
+                if name.startswith(job_name(profile, "")) and not name.endswith(run_not):
+                    act(node)
+                    return
+            time.sleep(0.1)
+
+    thread = threading.Thread(target=watch, daemon=True)
+    thread.start()
+    return thread
+
+
+def test_a_node_drained_mid_start_finishes_the_start_and_one_that_fails_cancels_it(cli: Any, slurm: SlurmLab,
+                                                                                    tmp_path: Path) -> None:
+    """Drain lets a running job finish (Slurm's meaning), so that deploy succeeds; a node that goes
+    down under a starting job ends it, and the deploy fails while the old job serves on."""
+    v1, _ = write_inputs(tmp_path, PORT + 4, gates=True)
+    on_cluster(v1, "slurm-nodes")
+    inventory = cluster_inventory(tmp_path / "hosts.yaml", slurm, setup=["sleep 3"])  # a slow start: time to act on the node
+    common = ["--inventory", str(inventory), "--ledger", str(tmp_path / "ledger.db")]
+    first = cli("--json", "deploy", str(v1), "--baseline", "skip", *common)
+    assert first.code == 0, first.stdout + first.stderr
+    run1 = first.json()["hosts"][0]["release"]
+
+    watcher = _when_running(slurm, "slurm-nodes", run1, lambda node: slurm.drain(node, "specctl test: drained mid-start"))
+    second = cli("--json", "deploy", str(v1), "--baseline", "skip", *common)
+    watcher.join()
+    assert second.code == 0, second.stdout + second.stderr
+    run2 = second.json()["hosts"][0]["release"]
+    assert jobs(slurm, "slurm-nodes") == {run2: "RUNNING"}  # the new job ran to ready on its draining node; run1's cancelled
+    [drained] = [node for node, state in slurm.node_states().items() if "drain" in state]
+    slurm.resume(drained)
+
+    def down(node: str) -> None:
+        slurm.run("scontrol", "update", f"NodeName={node}", "State=DOWN", "Reason=specctl test: failed mid-start", check=True)
+
+    watcher = _when_running(slurm, "slurm-nodes", run2, down)
+    third = cli("--json", "deploy", str(v1), "--baseline", "skip", "--startup-timeout", "20", *common)
+    watcher.join()
+    assert third.code != 0, third.stdout
+    detail = third.json()["hosts"][0]["detail"]
+    assert "ended: NODE_FAIL" in detail or "pending" in detail, detail  # ended, or requeued with nowhere to run
+    assert jobs(slurm, "slurm-nodes") == {run2: "RUNNING"}
+    assert cli("--json", "status", str(v1), *common[:2]).json()["hosts"][0]["current"] == run2
