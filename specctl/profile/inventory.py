@@ -85,10 +85,11 @@ class Inventory(StrictModel):
     @model_validator(mode="after")
     def _groups_name_hosts(self) -> Inventory:
         for group, members in self.groups.items():
-            unknown = [m for m in members if m not in self.hosts]
+            unknown = [m for m in members if m not in self.hosts and m not in self.clusters]
             if unknown:
                 raise PydanticCustomError("unknown_host", "group {group!r} names unknown hosts {unknown}",
-                                          {"group": group, "unknown": unknown, "at": f"groups.{group}", "fix": "define them under hosts, or fix the names"})
+                                          {"group": group, "unknown": unknown, "at": f"groups.{group}",
+                                           "fix": "define them under hosts or clusters, or fix the names"})
         return self
 
     @model_validator(mode="after")

@@ -226,3 +226,11 @@ def test_a_node_drained_mid_start_finishes_the_start_and_one_that_fails_cancels_
     assert "ended: NODE_FAIL" in detail or "pending" in detail, detail  # ended, or requeued with nowhere to run
     assert jobs(slurm, "slurm-nodes") == {run2: "RUNNING"}
     assert cli("--json", "status", str(v1), *common[:2]).json()["hosts"][0]["current"] == run2
+
+
+def test_tune_refuses_a_cluster_before_submitting_anything(cli: Any, slurm: SlurmLab,
+                                                           scenario: tuple[Path, Path, list[str]]) -> None:
+    v1, _, common = scenario
+    result = cli("tune", str(v1), "--host", "lab", *common)
+    assert result.code == 2 and "is a Slurm cluster" in result.stderr, result.stdout + result.stderr
+    assert jobs(slurm, "slurm-demo") == {}
