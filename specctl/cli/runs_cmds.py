@@ -111,7 +111,11 @@ def show(ctx: typer.Context, run: Annotated[str, typer.Argument(help="Run id, a 
             + (f"\n  reason: {found.reason}" if found.reason else "") + (f"\n  parent: {found.parent}" if found.parent else ""))
     views: list[Any] = [head]
     for record in found.host_records:
-        if record.verdict and record.verdict.get("gates") is not None:
+        if found.kind == "tune" and record.verdict and record.verdict.get("candidates") is not None:
+            from specctl.cli.tune_cmds import tune_view
+
+            views.append(tune_view(record.verdict))
+        elif record.verdict and record.verdict.get("gates") is not None:
             views.append(verdict_view(record.host, record.verdict))
         else:
             views.append(Pretty({"host": record.host, "release": record.release, "verdict": record.verdict}))

@@ -118,8 +118,14 @@ def _rollback_target(profile: str | None, to: str | None, book) -> tuple[str, st
         elif to:
             from specctl.ledger.history import find_run
 
-            run = find_run(book, to)
-            name, to_run = run.profile, (run.host_records[0].release if run.host_records and run.host_records[0].release else run.id)
+            try:
+                run = find_run(book, to)
+            except InputError:
+                if not name:
+                    raise
+                to_run = to  # a release that is no run of its own (a tune candidate): the host's directory decides
+            else:
+                name, to_run = run.profile, (run.host_records[0].release if run.host_records and run.host_records[0].release else run.id)
         if not name:
             deploys = book.runs(kind="deploy")
             if not deploys:

@@ -93,6 +93,15 @@ def test_tune_finds_a_setting_writes_the_next_version_and_applies_it(cli: Any, l
         again = cli("tune", str(v1), "--host", HOST, *common)  # never overwrites the version it wrote
         assert again.code == 2 and "exists" in again.stderr
 
+        shown = cli("show", result["run"], "--ledger", str(ledger))  # the run shows as tune showed it
+        assert shown.code == 0 and "WINNER" in shown.stdout and "heat map" in shown.stdout, shown.stdout
+
+        # a candidate is a whole release: rollback goes to one by name (never by itself: it was not verified)
+        loser = next(r for r in rows if not r["winner"])
+        back = cli("--json", "rollback", str(v1), "--to", loser["release"], *common)
+        assert back.code == 0, back.stdout + back.stderr
+        assert _link(lab, "current") == loser["release"]
+
         # --apply: the winner deployed and verified like any deploy
         applied = cli("--json", "tune", str(v1), "--host", HOST, "--apply", "--output", str(tmp_path / "applied.yaml"), *common)
         assert applied.code == 0, applied.stdout + applied.stderr
