@@ -277,7 +277,14 @@ def tune(ctx: Context, report: CheckReport, host: HostSpec, *, apply: bool = Fal
                 for i, candidate in enumerate(candidates):
                     result.candidates.append(search.candidate(i, candidate))
             finally:
-                give_back(ctx, session, original, rec.events(host.name))
+                try:
+                    give_back(ctx, session, original, rec.events(host.name))
+                except HostError as exc:  # say what the host was left on, and how to put it back
+                    left = session.current()
+                    raise HostError(f"{host.name}: the host could not be given back to {original or 'nothing'}: {exc.message}; "
+                                    f"`current` is {left or 'nothing'}" + (" (a tune candidate)" if left != original else ""),
+                                    host=host.name, fix=f"fix the cause, then `specctl rollback {name} --to {original}`" if original
+                                    else f"`specctl stop {name}`") from exc
             result.restored = original
         result.winner = next((c for c in result.candidates if c.standing is elimination.best), None)
         if result.winner is not None:

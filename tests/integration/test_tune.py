@@ -114,3 +114,33 @@ def test_tune_finds_a_setting_writes_the_next_version_and_applies_it(cli: Any, l
         assert deployed["speculative"] == outcome["winner"]["speculative"]
     finally:
         cli("stop", str(v1), *common[:4])
+
+
+def test_a_host_that_cannot_be_given_back_says_what_it_runs(cli: Any, lab: SshLab, tmp_path: Path) -> None:
+    """The original release lost its launch script during the tune: giving the host back fails, and
+    the error names the candidate left current and how to go back; the run is recorded as failed."""
+    v1, _ = write_inputs(tmp_path, PORT + 1)
+    data = yaml.safe_load(v1.read_text())
+    data["metadata"]["name"] = NAME + "-back"
+    data["engine"]["host"] = "0.0.0.0"
+    data["hosts"] = [HOST]
+    data["tune"] = {"num_steps": [2, 3], "eagle_topk": [1], "requests": 8}
+    v1.write_text(yaml.safe_dump(data, sort_keys=False))
+    inventory = lab.inventory(tmp_path / "hosts.yaml", sys.executable)
+    ledger = tmp_path / "ledger.db"
+    common = ["--inventory", str(inventory), "--ssh-config", str(lab.ssh_config), "--ledger", str(ledger)]
+    try:
+        assert cli("deploy", str(v1), "--no-verify", *common).code == 0
+        base = lab.hosts[HOST].root / (NAME + "-back")
+        original = (base / "current").resolve()
+        (original / "launch.sh").unlink()  # the server keeps running; the release can no longer be started
+        tuned = cli("--json", "tune", str(v1), "--host", HOST, *common)
+        assert tuned.code == 3, tuned.stdout + tuned.stderr
+        error = tuned.json()["error"]
+        left = (base / "current").resolve().name
+        assert left != original.name and f"`current` is {left} (a tune candidate)" in error["message"], error
+        assert f"--to {original.name}" in error["fix"]
+        runs = cli("--json", "runs", "--ledger", str(ledger)).json()["runs"]
+        assert runs[-1]["kind"] == "tune" and runs[-1]["status"] == "failed"
+    finally:
+        cli("stop", str(v1), *common[:4])
