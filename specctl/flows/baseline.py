@@ -59,7 +59,7 @@ def baseline(ctx: Context, report: CheckReport, host: HostSpec) -> tuple[str, Ba
                             startup_stages=report.inputs.engine.startup_stages(), budget_s=ctx.budget_s,
                             files=release_contents(report, the_plan, dataclasses.replace(
                                 the_plan.nodes[0], env=host_env(the_plan.nodes[0].env, host.hf_home)),
-                                cluster=host.slurm, release=release),
+                                cluster=host.slurm, release=release, hf_home=host.hf_home),
                             clear=(name, name + BASELINE_SUFFIX), checkpoints=profile_checkpoints(profile, baseline=True),
                             stage_env=host_env(profile.engine.env, host.hf_home))
             walk = Walk(rec.events(host.name), before=ctx.cancel.check)

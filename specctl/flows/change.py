@@ -143,6 +143,8 @@ def stop_previous(c: Change) -> Undo | None:
     rolling target stops only strays: neither `current`'s server nor the release's own."""
     s = c.session
     if s.target.rolling:
+        if c.release.profile != s.profile:  # a baseline beside a deploy that is still verifying: nothing is a stray
+            return None
         keep = {c.previous, c.release.run_id} & set(c.running)
         strays = [run_id for run_id in c.running if run_id not in keep]
         if strays:

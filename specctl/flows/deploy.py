@@ -161,7 +161,8 @@ class Deploy:
         release = session.release(self.rec.run_id)
 
         def files(staged: Mapping[str, Staged]) -> Files:
-            return release_contents(self.report, self.plan, node, staged, cluster=session.spec.slurm, release=release)
+            return release_contents(self.report, self.plan, node, staged, cluster=session.spec.slurm, release=release,
+                                    hf_home=session.spec.hf_home)
 
         return Change(session, release, port=p.engine.port, python=p.engine.python,
                       distribution=engine.distribution(), startup_stages=engine.startup_stages(), budget_s=self.ctx.budget_s,

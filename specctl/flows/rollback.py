@@ -10,7 +10,7 @@ from typing import Any
 
 from specctl.constants import STARTUP_BUDGET_S
 from specctl.engines import get_engine
-from specctl.errors import InputError
+from specctl.errors import HostError, InputError
 from specctl.flows.change import Change, retire
 from specctl.flows.recorder import recording
 from specctl.flows.report import HostReport
@@ -108,7 +108,10 @@ def rollback(ctx: Context, host: HostSpec, profile: str, *, to_run: str | None =
                             distribution=engine.distribution(), startup_stages=engine.startup_stages(),
                             budget_s=rel.startup_budget(release, STARTUP_BUDGET_S))
             Walk(rec.events(host.name), before=ctx.cancel.check).run(change.stages())
-            retire(session, target.run_id)  # a cluster's job that replaced it stops now that it is current again
+            try:
+                retire(session, target.run_id)  # a cluster's job that replaced it stops now that it is current again
+            except HostError as exc:
+                session.progress(f"the servers of the releases after {target.run_id} could not be stopped: {exc.message}")
             mode = "auto" if report is not None and report.inputs.profile_sha256 == docs.summary.get("sha256") else "ledger"
             verdict = verify_and_record(rec, session, target.run_id, report=report, baseline_mode=mode)
             rec.outcome.status = "succeeded" if verdict.passed else "failed"

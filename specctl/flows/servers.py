@@ -167,7 +167,7 @@ def preview(reach: Reach, report: CheckReport, hosts: Sequence[HostSpec], *, sec
         if host.slurm is not None:  # one job runs every node rank, meeting at the allocation's first node
             job_plan = plan(report, node0_address=HEAD_ADDRESS)
             row["launch"] = shlex.join(job_plan.nodes[0].argv)
-            settings = job_settings(report, host.slurm, f"{root}/{profile}/releases/<run-id>", "<run-id>")
+            settings = job_settings(report, host.slurm, f"{root}/{profile}/releases/<run-id>", "<run-id>", profile)
             row["job"] = ["sbatch", *sbatch_options(job_plan, settings)]
         if the_plan.overlay is not None and p.drafter is not None:
             source = p.drafter.model if is_local_path(p.drafter.model) else snapshots.get(p.drafter.model, "(the staged snapshot)")

@@ -33,8 +33,7 @@ class HostSpec:
     slurm: SlurmCluster | None = None  # a cluster: this is its login node, and sbatch places the servers
 
     def transport(self, *, ssh_config: str | None = None, accept_new_host_key: bool = False) -> Transport:
-        if self.ssh_alias is None and (self.name == LOCAL or (self.slurm is not None and self.slurm.login == LOCAL)
-                                       ) and not self.ssh_overrides:
+        if self.ssh_alias is None and (self.name == LOCAL or (self.slurm is not None and self.slurm.login == LOCAL and not self.ssh_overrides)):
             return local_transport(self.name)
         from specctl.hosts.ssh import SshOptions, resolve, ssh_transport
 

@@ -36,6 +36,7 @@ class JobSettings:
     release_dir: str
     profile_dir: str
     run_id: str
+    profile: str  # the release's profile (a baseline's is `<name>-baseline`): the job's name
     partition: str | None = None
     account: str | None = None
     qos: str | None = None
@@ -47,6 +48,7 @@ class JobSettings:
     python: str = "python3"
     port: int = 30000
     distribution: str = "sglang"
+    exclusive: bool = True  # whole nodes (all their CPUs and memory): a serving engine is no small job
 
 
 def job_name(profile: str, run_id: str) -> str:
@@ -61,8 +63,9 @@ def node_script(rank: int) -> str:
 
 def sbatch_options(plan: Plan, job: JobSettings) -> list[str]:
     """The job's sbatch options, as its #SBATCH lines carry them."""
-    options = [f"--job-name={job_name(plan.profile, job.run_id)}", f"--nodes={len(plan.nodes)}", "--ntasks-per-node=1",
+    options = [f"--job-name={job_name(job.profile, job.run_id)}", f"--nodes={len(plan.nodes)}", "--ntasks-per-node=1",
                f"--output={job.release_dir}/server.log", "--open-mode=append", f"--chdir={job.release_dir}"]
+    options += ["--exclusive", "--mem=0"] if job.exclusive else []
     options += [f"--{flag}={value}" for flag, value in (("partition", job.partition), ("account", job.account),
                                                          ("qos", job.qos), ("time", job.time), ("gres", job.gres)) if value]
     return options + list(job.sbatch_args)
@@ -74,26 +77,32 @@ def render_sbatch(plan: Plan, job: JobSettings) -> str:
     q = shlex.quote
     options = sbatch_options(plan, job)
     kind = "baseline (no speculation)" if plan.baseline else "speculative"
+    facts = (f"sh {FACTS_SCRIPT} {q(job.python)} {q(job.release_dir)} {job.port} {q(job.distribution)} "
+             f">{FACTS_FILE}.tmp 2>/dev/null; mv -f {FACTS_FILE}.tmp {FACTS_FILE}")
+    # in the step (a container's view, when srun_args name one): rank 0 reads its machine's facts, then
+    # every rank execs its own launch script
+    step = (f'if [ "$SLURM_NODEID" = 0 ]; then {facts}; exec sh launch.sh; '
+            'else exec sh "launch-$SLURM_NODEID.sh"; fi')
     lines = ["#!/bin/sh",
              *(f"#SBATCH {q(option)}" for option in options),
              f"# specctl job script: profile {plan.profile} v{plan.version}, {nodes} node(s), {kind}, release {job.run_id}",
              f"# profile sha256 {plan.sha256}",
-             "set -u",
+             'echo "specctl: job $SLURM_JOB_ID started on $SLURM_JOB_NODELIST"',  # where this job's log begins
              'confirm_s=${1:-0}',
              *job.setup,
+             "set -u",
              f"export {RELEASE_DIR_VAR}={q(job.release_dir)}",
              'cd "$SPECCTL_RELEASE_DIR" || exit 1',
              # the first node of the allocation is node rank 0; its NodeAddr is where the ranks meet
              'head=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)',
              'addr=$(scontrol show node "$head" -o 2>/dev/null | tr " " "\\n" | sed -n "s/^NodeAddr=//p")',
              f'export {HEAD_ADDRESS_VAR}="${{addr:-$head}}"',
-             f'printf "%s\\n" "${HEAD_ADDRESS_VAR}" >{HEAD_FILE}.tmp && mv -f {HEAD_FILE}.tmp {HEAD_FILE}',
-             f"sh {FACTS_SCRIPT} {q(job.python)} {q(job.release_dir)} {job.port} {q(job.distribution)} "
-             f">{FACTS_FILE}.tmp 2>/dev/null; mv -f {FACTS_FILE}.tmp {FACTS_FILE}",
+             f'printf "%s %s\\n" "$SLURM_JOB_ID" "${HEAD_ADDRESS_VAR}" >{HEAD_FILE}.tmp && mv -f {HEAD_FILE}.tmp {HEAD_FILE}',
              *_confirm_watch(job),
-             "srun --kill-on-bad-exit=1 --ntasks=" + str(nodes) + " --ntasks-per-node=1 "
-             + "".join(q(arg) + " " for arg in job.srun_args)
-             + "sh -c " + q('if [ "$SLURM_NODEID" = 0 ]; then exec sh launch.sh; else exec sh "launch-$SLURM_NODEID.sh"; fi')]
+             # srun does not inherit the batch step's CPUs (22.05): give each rank its node's, the fewest of any node
+             'cpus=$(echo "${SLURM_JOB_CPUS_PER_NODE:-1}" | tr "," "\\n" | sed "s/(.*//" | sort -n | head -n 1)',
+             "srun --kill-on-bad-exit=1 --ntasks=" + str(nodes) + ' --ntasks-per-node=1 --cpus-per-task="$cpus" '
+             + "".join(q(arg) + " " for arg in job.srun_args) + "sh -c " + q(step)]
     return "\n".join(lines) + "\n"
 
 

@@ -38,12 +38,15 @@ def wait_ready(target: Target, release: Release, port: int, stages: Sequence[tup
                on_progress: Callable[[str], None] = lambda stage: None, poll_s: float = 0.5,
                cancel: CancelToken = NEVER) -> float:
     """Block until the server answers a generation; returns the seconds it took. The first polls
-    come quickly (a server that starts in a moment is not kept waiting a whole poll), then every
-    `poll_s`. The budget covers a scheduler's queue too: a job that waits past it has failed to start."""
+    come quickly (a server that starts in a moment is not kept waiting a whole poll), then its
+    health every `poll_s` and its target (process or job, log) at the target's own pace. The
+    budget covers a scheduler's queue too: a job that waits past it has failed to start."""
     t = release.transport
     start = time.monotonic()
     lines: list[str] = []
-    pause = min(0.05, poll_s)
+    waiting: str | None = None
+    pause = look_pause = min(0.05, poll_s)
+    next_look = start
     address: str | None = t.address if target.on_host else None  # a job's is known once it is placed
     while True:
         if address is not None:
@@ -51,18 +54,19 @@ def wait_ready(target: Target, release: Release, port: int, stages: Sequence[tup
             if client.healthy(timeout_s=min(30.0, max(1.0, budget_s - (time.monotonic() - start)))):
                 on_progress("ready")
                 return time.monotonic() - start
-        waiting = None
-        try:
-            seen = target.observe(release, handle)
-            alive, lines, waiting = seen.alive, seen.lines, seen.waiting
-            address = seen.address or address
-            ended = seen.ended
-        except ConnectionLost:
-            alive, ended = True, None  # unknown: the server may well be loading; its health decides, or the budget
-            on_progress("host connection lost; still waiting")
-        if not alive:
-            raise StartupFailed(f"{t.name}: the server exited during start-up" + (f" ({ended})" if ended else ""), host=t.name,
-                                log=lines[-20:], fix="read the server log lines shown with this error; `specctl logs` shows the whole log")
+        if time.monotonic() >= next_look:
+            try:
+                seen = target.observe(release, handle)
+                alive, lines, waiting, ended = seen.alive, seen.lines, seen.waiting, seen.ended
+                address = seen.address or address
+            except ConnectionLost:
+                alive, ended = True, None  # unknown: the server may well be loading; its health decides, or the budget
+                on_progress("host connection lost; still waiting")
+            if not alive:
+                raise StartupFailed(f"{t.name}: the server exited during start-up" + (f" ({ended})" if ended else ""), host=t.name,
+                                    log=lines[-20:], fix="read the server log lines shown with this error; `specctl logs` shows the whole log")
+            next_look = time.monotonic() + look_pause
+            look_pause = min(look_pause * 2, max(poll_s, target.poll_s))
         if time.monotonic() - start > budget_s:
             raise StartupFailed(f"{t.name}: no generation within the {budget_s:.0f} s start-up budget"
                                 + (f" ({waiting})" if waiting else ""), host=t.name,

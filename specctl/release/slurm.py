@@ -23,13 +23,24 @@ from specctl.release.target import Observation
 
 __all__ = ["SlurmTarget"]
 
-# The jobs of one profile that hold or wait for an allocation, one "run-id job-id" line each.
-# $1 = the profile's job-name prefix.
-_JOBS = r"""
+# A Slurm command's behaviour follows the caller's SBATCH_* and SQUEUE_* variables, which override
+# #SBATCH lines and change squeue's output: the login shell's own settings must not reach them.
+_CLEAN = r"""
+for v in $(env | sed -n -e 's/^\(SBATCH_[A-Za-z0-9_]*\)=.*/\1/p' -e 's/^\(SQUEUE_[A-Za-z0-9_]*\)=.*/\1/p'); do unset "$v"; done
+"""
+# This user's jobs of one profile that hold or wait for an allocation, one "run-id job-id" line each:
+# named for the profile AND working in a release directory under this root (`--chdir`), so two
+# roots on one cluster, or two users, never see each other's jobs. A failing squeue is an error,
+# never "no jobs". $1 = the profile's job-name prefix, $2 = its releases directory + "/".
+_JOBS = _CLEAN + r"""
 jobs_of() {
-  squeue -h -o '%i %j %T' 2>/dev/null | while read -r id name state; do
+  out=$(squeue --me -h -o '%i|%j|%T|%Z') || return 3
+  printf '%s\n' "$out" | while IFS='|' read -r id name state dir; do
+    [ -n "$id" ] || continue
     case $name in "$1"*) ;; *) continue;; esac
-    case " PENDING CONFIGURING RUNNING RESIZING SUSPENDED REQUEUED STOPPED " in *" $state "*) ;; *) continue;; esac
+    case $dir in "$2"*) ;; *) continue;; esac
+    case " COMPLETING COMPLETED CANCELLED FAILED TIMEOUT NODE_FAIL PREEMPTED BOOT_FAIL DEADLINE OUT_OF_MEMORY " in
+      *" $state "*) continue;; esac
     echo "${name#"$1"} $id"
   done
 }
@@ -38,34 +49,66 @@ jobs_of() {
 _SURVEY = _JOBS + r"""
 for d in "$1"/releases/*.part.*; do [ -d "$d" ] && rm -rf "$d"; done
 readlink "$1/current" 2>/dev/null || echo
-jobs_of "$2" | sort -u
+found=$(jobs_of "$2" "$1/releases/") || exit 3
+printf '%s\n' "$found" | sort -u
 """
-# one start-up poll: "state|reason|nodes" (or "ended|<final state>|" once squeue no longer lists
-# the job), the head node's address (or an empty line), then the log's tail.
+# One start-up poll, three parts:
+# - "state|reason|nodes"; "ended|<final state>|" once squeue no longer lists the job (or knows no
+#   such id); "unknown|<error>|" when squeue itself failed (the controller did not answer);
+# - the head node's address, when the job's own id wrote it (a resubmitted release's old one is not it);
+# - the server log from this job's start marker on (earlier runs of the release appended before it).
 # $1 job id, $2 release dir, $3 lines.
-_OBSERVE = r"""
-line=$(squeue -h -j "$1" -o '%T|%r|%N' 2>/dev/null | head -n 1)
-if [ -z "$line" ]; then
-  final=$(scontrol show job "$1" -o 2>/dev/null | tr ' ' '\n' | sed -n 's/^JobState=//p')
-  line="ended|${final:-gone}|"
+_OBSERVE = _CLEAN + r"""
+if line=$(squeue -h -j "$1" -o '%T|%r|%N' 2>&1); then
+  line=$(printf '%s\n' "$line" | head -n 1)
+  if [ -z "$line" ]; then
+    final=$(scontrol show job "$1" -o 2>/dev/null | tr ' ' '\n' | sed -n 's/^JobState=//p')
+    line="ended|${final:-gone}|"
+  fi
+else
+  case $line in *"Invalid job id"*) line="ended|gone|";; *) line="unknown|$(printf '%s' "$line" | head -n 1 | tr '|' ' ')|";; esac
 fi
 echo "$line"
-cat "$2/head-address" 2>/dev/null || echo
-tail -n "$3" "$2/server.log" 2>/dev/null; true
+read -r jid addr <"$2/head-address" 2>/dev/null || jid=""
+if [ "$jid" = "$1" ]; then echo "$addr"; else echo; fi
+at=$(grep -n -F "specctl: job $1 started" "$2/server.log" 2>/dev/null | tail -n 1 | cut -d: -f1)
+[ -n "$at" ] && tail -n +"$at" "$2/server.log" | tail -n "$3"
+true
 """
-# cancel jobs, then wait (on the login node) until squeue lists none of them. $1 = tenths of seconds, $@ ids.
-_CANCEL = r"""
+# Cancel jobs, then wait (on the login node) until squeue lists none of them still holding or
+# waiting for nodes (COMPLETING is Slurm's own clean-up: the server is gone). $1 = tenths of seconds, $@ ids.
+_CANCEL = _CLEAN + r"""
 limit=$1; shift
 [ $# -gt 0 ] || exit 0
-scancel "$@"
+scancel "$@" || exit $?
+ids=$(echo "$@" | tr ' ' ',')
 i=0
 while [ $i -lt "$limit" ]; do
-  left=$(squeue -h -j "$(echo "$@" | tr ' ' ',')" -o '%T' 2>/dev/null | grep -c .)
-  [ "$left" = 0 ] && exit 0
+  if out=$(squeue -h -j "$ids" -o '%T' 2>&1); then
+    [ -z "$(printf '%s\n' "$out" | grep -v -x -e COMPLETING -e '')" ] && exit 0
+  else
+    case $out in *"Invalid job id"*) exit 0;; esac
+  fi
   sleep 0.2; i=$((i+2))
 done
-echo "still listed after scancel: $*" >&2; exit 1
+echo "still running after scancel: $*" >&2; exit 1
 """
+# sbatch from the release directory, without the caller's SBATCH_* and without the files a previous
+# job of the same release left (a rollback resubmits it). $1 = release dir, then sbatch's arguments.
+_SUBMIT = _CLEAN + r"""
+cd "$1" && shift && rm -f head-address allocation-facts.txt && exec sbatch --parsable "$@"
+"""
+# Pending reasons that no wait clears: the job can never start as submitted.
+NEVER_STARTS = frozenset({
+    "PartitionTimeLimit", "PartitionNodeLimit", "PartitionConfig", "PartitionDown", "PartitionInactive",
+    "InvalidAccount", "InvalidQOS", "AccountNotAllowed", "QOSNotAllowed", "BadConstraints", "DependencyNeverSatisfied",
+    "JobHeldAdmin", "QOSMaxGRESPerJob", "QOSMaxNodePerJobLimit", "QOSMaxWallDurationPerJobLimit", "QOSMaxCpuPerJobLimit",
+    "AssocMaxGRESPerJob", "AssocMaxNodesPerJobLimit", "AssocMaxWallDurationPerJobLimit", "AssocMaxCpuPerJobLimit",
+})
+# how much later than its deadline a job cancels itself: `current` is read through the compute
+# node's view of shared storage, which an NFS client may cache for up to a minute
+SHARED_STORAGE_SLACK_S = 120
+POLL_S = 2.0  # between squeue polls while a job starts: a controller serves many clients
 
 
 class SlurmTarget:
@@ -74,6 +117,7 @@ class SlurmTarget:
     kind = "slurm"
     rolling = True
     on_host = False
+    poll_s = POLL_S
 
     def __init__(self, transport: Transport, cluster: SlurmCluster) -> None:
         self.transport = transport
@@ -89,12 +133,12 @@ class SlurmTarget:
         return ["env", *exports, "sh", "-c", _SURVEY, "sh", base, _prefix(base)]
 
     def servers(self, base: str) -> list[rel.Server]:
-        done = self._run(_JOBS + 'jobs_of "$1" | sort -u', _prefix(base))
+        done = self._run(_JOBS + 'found=$(jobs_of "$1" "$2") || exit 3; printf "%s\\n" "$found" | sort -u', _prefix(base),
+                         f"{base}/releases/")
         return rel.read_survey(Completed(0, b"\n" + done.out, "")).servers
 
     def start(self, release: rel.Release, *, confirm_within_s: float, env: Mapping[str, str] | None = None) -> int:
-        argv = ["sh", "-c", 'cd "$1" && shift && exec sbatch --parsable "$@"', "sh", release.dir, JOB_FILE,
-                str(int(confirm_within_s))]
+        argv = ["sh", "-c", _SUBMIT, "sh", release.dir, JOB_FILE, str(int(confirm_within_s) + SHARED_STORAGE_SLACK_S)]
         done = self.transport.run(argv, env={**self.cluster.env, **(env or {})}, timeout_s=120, check=False)
         first = done.stdout.strip().split(";")[0]
         if done.rc != 0 or not first.isdigit():
@@ -108,9 +152,13 @@ class SlurmTarget:
         state_line, address, *lines = done.stdout.split("\n") + ["", ""]
         state, _, rest = state_line.partition("|")
         reason, _, nodes = rest.partition("|")
-        lines = [line for line in lines if line] if lines else []
+        lines = [line for line in lines if line]
         if state == "ended":
             return Observation(False, lines, None, ended=f"job {handle} ended: {reason}")
+        if state == "unknown":
+            return Observation(True, lines, None, waiting=f"job {handle}: squeue did not answer ({reason.strip()})")
+        if state == "PENDING" and reason in NEVER_STARTS:
+            return Observation(False, lines, None, ended=f"job {handle} can never start as submitted: pending ({reason})")
         if state != "RUNNING":
             why = f" ({reason})" if reason and reason != "None" else ""
             return Observation(True, lines, None, waiting=f"job {handle} {state.lower()}{why}")
@@ -118,10 +166,11 @@ class SlurmTarget:
 
     def address(self, release: rel.Release) -> str:
         raw = self.transport.read(release.path(HEAD_FILE))
-        if not raw or not raw.strip():
+        words = raw.decode().split() if raw else []
+        if len(words) != 2:
             raise HostError(f"{self.transport.name}: release {release.run_id} has no head-node address: its job never ran",
                             host=self.transport.name, fix="see `specctl status` and the job's log (`specctl logs`)")
-        return raw.decode().strip()
+        return words[1]
 
     def stop(self, release: rel.Release) -> bool:
         ids = [s.handle for s in self.servers(release.base) if s.release == release.run_id]
@@ -133,7 +182,7 @@ class SlurmTarget:
         self._cancel([s.handle for s in jobs])
         return sorted({s.release for s in jobs})
 
-    def _cancel(self, ids: list[int], timeout_s: float = 60.0) -> None:
+    def _cancel(self, ids: list[int], timeout_s: float = 120.0) -> None:
         if ids:
             self._run(_CANCEL, str(int(timeout_s * 10)), *map(str, ids), timeout_s=timeout_s + 30)
 

@@ -39,6 +39,7 @@ class Target(Protocol):
     # verified (a scheduler has the room); False: the running server stops first (one host, one port)
     rolling: bool
     on_host: bool  # the server answers at the host's own address (else where the scheduler placed it)
+    poll_s: float  # between looks at a starting server
 
     def survey_command(self, base: str) -> list[str]:
         """One command printing `current`'s target, then one "run-id handle" line per running server."""
@@ -76,6 +77,7 @@ class ProcessTarget:
     kind = "host"
     rolling = False
     on_host = True
+    poll_s = 0.5
 
     def __init__(self, transport: Transport) -> None:
         self.transport = transport

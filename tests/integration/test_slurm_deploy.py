@@ -48,8 +48,8 @@ def on_cluster(profile: Path, name: str, **changes: Any) -> None:
 
 
 def jobs(slurm: SlurmLab, profile: str) -> dict[str, str]:
-    """run id -> job state, for the profile's jobs squeue lists."""
-    out = slurm.run("squeue", "-h", "-o", "%j %T", check=True).stdout.split("\n")
+    """run id -> job state, for the profile's jobs squeue lists (COMPLETING ones are gone: Slurm cleans up)."""
+    out = slurm.run("squeue", "-h", "-t", "PENDING,RUNNING,CONFIGURING,SUSPENDED", "-o", "%j %T", check=True).stdout.split("\n")
     prefix = job_name(profile, "")
     return {name.removeprefix(prefix): state for name, state in (line.split() for line in out if line.strip())
             if name.startswith(prefix)}
@@ -144,7 +144,7 @@ def test_two_nodes_serve_one_two_rank_server(cli: Any, slurm: SlurmLab, tmp_path
     nodes = slurm.run("squeue", "-h", "-o", "%N", check=True).stdout.strip()
     assert slurm.hostnames(nodes) == ["sn0", "sn1"]
     release = slurm.shared_dir / "specctl" / "slurm-two" / "releases" / run_id
-    assert (release / "head-address").read_text().strip() == slurm.node_address("sn0")
+    assert (release / "head-address").read_text().split()[1] == slurm.node_address("sn0")
     log = (release / "server.log").read_text()
     assert "rank 1 joined" in log and "rank 0 waiting for 1 other node(s)" in log, log[-2000:]
     cli("stop", str(v1), *common[:2])
@@ -234,3 +234,24 @@ def test_tune_refuses_a_cluster_before_submitting_anything(cli: Any, slurm: Slur
     result = cli("tune", str(v1), "--host", "lab", *common)
     assert result.code == 2 and "is a Slurm cluster" in result.stderr, result.stdout + result.stderr
     assert jobs(slurm, "slurm-demo") == {}
+
+
+def test_two_roots_on_one_cluster_never_touch_each_others_jobs(cli: Any, slurm: SlurmLab, tmp_path: Path) -> None:
+    """Staging and production of one profile on one cluster: the jobs' names agree, their release
+    directories (squeue's %Z) do not, and that is what each entry goes by."""
+    v1, _ = write_inputs(tmp_path, PORT + 5, gates=True)
+    on_cluster(v1, "slurm-roots")
+    entry = {"kind": "slurm", "login": "local", "gres": "gpu:2", "python": sys.executable, "env": {"SLURM_CONF": str(slurm.conf_path)}}
+    inventory = tmp_path / "hosts.yaml"
+    inventory.write_text(yaml.safe_dump({"apiVersion": "specctl/v1", "kind": "Inventory", "clusters": {
+        "staging": {**entry, "root": str(slurm.shared_dir / "staging")}, "prod": {**entry, "root": str(slurm.shared_dir / "prod")}}}))
+    common = ["--inventory", str(inventory), "--ledger", str(tmp_path / "ledger.db")]
+    for entry_name in ("staging", "prod"):
+        done = cli("--json", "deploy", str(v1), "--hosts", entry_name, "--baseline", "skip", *common)
+        assert done.code == 0, done.stdout + done.stderr
+    assert len(jobs(slurm, "slurm-roots")) == 2
+    status = {h["host"]: h for h in cli("--json", "status", str(v1), "--hosts", "staging,prod", *common[:2]).json()["hosts"]}
+    assert all(len(h["servers"]) == 1 and h["healthy"] is not None for h in status.values()), status
+    assert cli("stop", str(v1), "--hosts", "staging", *common[:2]).code == 0
+    [(run_id, state)] = jobs(slurm, "slurm-roots").items()
+    assert state == "RUNNING" and (slurm.shared_dir / "prod" / "slurm-roots" / "releases" / run_id).is_dir()

@@ -28,14 +28,14 @@ def two_node_plan(tmp_path: Path) -> tuple[static.CheckReport, Plan]:
 
 def test_the_cluster_entry_becomes_sbatch_options(tmp_path: Path) -> None:
     _, plan = two_node_plan(tmp_path)
-    job = JobSettings("/shared/p/releases/r1", "/shared/p", "r1", partition="gpu", account="team a", time="01:00:00",
+    job = JobSettings("/shared/p/releases/r1", "/shared/p", "r1", plan.profile, partition="gpu", account="team a", time="01:00:00",
                       gres="gpu:1", sbatch_args=("--exclusive",), srun_args=("--container-image=img:1",))
     script = render_sbatch(plan, job)
     directives = [line.removeprefix("#SBATCH ") for line in script.splitlines() if line.startswith("#SBATCH")]
     assert directives == [f"--job-name={job_name(plan.profile, 'r1')}", "--nodes=2", "--ntasks-per-node=1",
                           "--output=/shared/p/releases/r1/server.log", "--open-mode=append", "--chdir=/shared/p/releases/r1",
-                          "--partition=gpu", "'--account=team a'", "--time=01:00:00", "--gres=gpu:1", "--exclusive"]
-    assert "srun --kill-on-bad-exit=1 --ntasks=2 --ntasks-per-node=1 --container-image=img:1 sh -c" in script
+                          "--exclusive", "--mem=0", "--partition=gpu", "'--account=team a'", "--time=01:00:00", "--gres=gpu:1", "--exclusive"]
+    assert 'srun --kill-on-bad-exit=1 --ntasks=2 --ntasks-per-node=1 --cpus-per-task="$cpus" --container-image=img:1 sh -c' in script
 
 
 def test_every_rank_meets_at_the_allocations_first_node(tmp_path: Path) -> None:
@@ -43,7 +43,7 @@ def test_every_rank_meets_at_the_allocations_first_node(tmp_path: Path) -> None:
     release = tmp_path / "shared" / "p" / "releases" / "r1"
     release.mkdir(parents=True)
     cluster = SlurmCluster(kind="slurm", login="local", root=str(tmp_path / "shared"), setup=["export SITE_SETUP=done"])
-    files = job_files(report, plan, cluster, str(release), "r1")
+    files = job_files(report, plan, cluster, str(release), "r1", plan.profile)
     for name, (data, mode) in {**files, "launch.sh": (render_sh(plan, plan.nodes[0]).encode(), 0o755)}.items():
         (release / name).write_bytes(data)
         (release / name).chmod(mode)
@@ -59,14 +59,16 @@ def test_every_rank_meets_at_the_allocations_first_node(tmp_path: Path) -> None:
         (release / name).write_text(text)
     for tool in bin_dir.iterdir():
         tool.chmod(0o755)
-    env = {"PATH": f"{bin_dir}:{os.environ['PATH']}", "SLURM_JOB_NODELIST": "n[7-8]", "SLURM_JOB_ID": "42"}
+    env = {"PATH": f"{bin_dir}:{os.environ['PATH']}", "SLURM_JOB_NODELIST": "n[7-8]", "SLURM_JOB_ID": "42",
+           "SLURM_JOB_CPUS_PER_NODE": "8(x2)"}
     done = subprocess.run(["sh", str(release / JOB_FILE), "0"], capture_output=True, text=True, env=env, cwd=tmp_path, check=True)
     ranks = [line.split() for line in done.stdout.splitlines() if line.startswith("done ")]
     assert len(ranks) == 2
     for rank, argv in enumerate(ranks):
         assert argv[argv.index("--node-rank") + 1] == str(rank)
         assert argv[argv.index("--dist-init-addr") + 1] == "10.9.0.7:" + str(report.inputs.profile.parallel.dist_init_port)
-    assert (release / HEAD_FILE).read_text() == "10.9.0.7\n"
+    assert (release / HEAD_FILE).read_text() == "42 10.9.0.7\n"  # which job wrote it: a resubmitted release's old one is not read
+    assert done.stdout.startswith("specctl: job 42 started on n[7-8]\n")
     assert "disk_free_kib=" in (release / "allocation-facts.txt").read_text()
 
 

@@ -1,0 +1,87 @@
+"""The Slurm target when the controller misbehaves: `squeue`, `scontrol` and `scancel` stand-ins on
+the cluster entry's PATH play the failures the real lab cannot (a controller that does not answer, a
+purged job id, a reason no wait clears, a refused scancel). Everything else about the target runs
+against real Slurm in tests/integration/test_slurm_deploy.py."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from specctl.errors import HostError
+from specctl.hosts.local import local_transport
+from specctl.profile.inventory import SlurmCluster
+from specctl.release.release import Release
+from specctl.release.slurm import SlurmTarget
+
+
+def target(tmp_path: Path, **tools: str) -> tuple[SlurmTarget, Release]:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(parents=True, exist_ok=True)
+    for name, body in tools.items():
+        (bin_dir / name).write_text("#!/bin/sh\n" + body + "\n")
+        (bin_dir / name).chmod(0o755)
+    cluster = SlurmCluster(kind="slurm", login="local", root=str(tmp_path), env={"PATH": f"{bin_dir}:{os.environ['PATH']}"})
+    release = Release(local_transport("lab"), str(tmp_path), "p", "r1")
+    Path(release.dir).mkdir(parents=True)
+    return SlurmTarget(local_transport("lab"), cluster), release
+
+
+def test_a_controller_that_does_not_answer_is_an_error_never_no_jobs(tmp_path: Path) -> None:
+    slurm, release = target(tmp_path, squeue='echo "squeue: error: Socket timed out on send/recv operation" >&2; exit 1')
+    with pytest.raises(HostError):
+        slurm.servers(release.base)
+    seen = slurm.observe(release, 7)
+    assert seen.alive and "squeue did not answer" in (seen.waiting or "") and "Socket timed out" in (seen.waiting or "")
+
+
+def test_jobs_of_other_roots_and_finished_ones_are_not_the_profiles(tmp_path: Path) -> None:
+    rows = [f"11|specctl:p:r1|RUNNING|{tmp_path}/p/releases/r1", f"12|specctl:p:r2|RUNNING|/other/root/p/releases/r2",
+            f"13|specctl:p:r3|COMPLETING|{tmp_path}/p/releases/r3", f"14|specctl:px:r4|PENDING|{tmp_path}/px/releases/r4",
+            f"15|specctl:p:r5|REQUEUE_HOLD|{tmp_path}/p/releases/r5"]
+    slurm, release = target(tmp_path, squeue="printf '%s\\n' " + " ".join(f"'{r}'" for r in rows))
+    assert [(s.release, s.handle) for s in slurm.servers(release.base)] == [("r1", 11), ("r5", 15)]
+
+
+def test_a_purged_job_has_ended_and_a_reason_no_wait_clears_ends_the_start(tmp_path: Path) -> None:
+    slurm, release = target(tmp_path, squeue='echo "slurm_load_jobs error: Invalid job id specified" >&2; exit 1')
+    seen = slurm.observe(release, 7)
+    assert not seen.alive and seen.ended == "job 7 ended: gone"
+    slurm, release = target(tmp_path / "b", squeue="echo 'PENDING|PartitionTimeLimit|'")
+    seen = slurm.observe(release, 8)
+    assert not seen.alive and "can never start as submitted" in (seen.ended or "")
+    slurm, release = target(tmp_path / "c", squeue="echo 'PENDING|Resources|'")
+    assert slurm.observe(release, 9).waiting == "job 9 pending (Resources)"
+
+
+def test_only_the_jobs_own_address_and_log_are_read(tmp_path: Path) -> None:
+    slurm, release = target(tmp_path, squeue="echo 'RUNNING|None|n1'")
+    Path(release.path("head-address")).write_text("6 10.0.0.6\n")  # an earlier job of this release
+    Path(release.path("server.log")).write_text("specctl: job 6 started on n0\nold: ready\nspecctl: job 7 started on n1\nloading\n")
+    seen = slurm.observe(release, 7)
+    assert seen.address is None and seen.waiting == "job 7 on n1"
+    assert seen.lines == ["specctl: job 7 started on n1", "loading"]
+    Path(release.path("head-address")).write_text("7 10.0.0.7\n")
+    assert slurm.observe(release, 7).address == "10.0.0.7" and slurm.address(release) == "10.0.0.7"
+
+
+def test_a_refused_scancel_is_an_error(tmp_path: Path) -> None:
+    listing = f"echo '21|specctl:p:r1|RUNNING|{tmp_path}/p/releases/r1'"
+    slurm, release = target(tmp_path, squeue=listing, scancel='echo "scancel: error: Kill job error on job id 21: Access/permission denied" >&2; exit 1')
+    with pytest.raises(HostError, match="permission denied"):
+        slurm.stop(release)
+
+
+def test_the_callers_sbatch_settings_do_not_reach_sbatch(tmp_path: Path) -> None:
+    seen = tmp_path / "sbatch-saw"
+    slurm, release = target(tmp_path, sbatch=f'echo "partition=${{SBATCH_PARTITION:-unset}} args=$*" >{seen}; echo "31;cluster-a"')
+    Path(release.path("head-address")).write_text("6 10.0.0.6\n")
+    os.environ["SBATCH_PARTITION"] = "debug"
+    try:
+        assert slurm.start(release, confirm_within_s=60) == 31
+    finally:
+        del os.environ["SBATCH_PARTITION"]
+    assert not Path(release.path("head-address")).exists()  # the resubmitted release's old address is gone
+    assert seen.read_text() == "partition=unset args=--parsable job.sbatch 180\n"  # the deadline + shared storage's slack
