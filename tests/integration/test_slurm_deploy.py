@@ -219,7 +219,7 @@ def test_a_node_drained_mid_start_finishes_the_start_and_one_that_fails_cancels_
         slurm.run("scontrol", "update", f"NodeName={node}", "State=DOWN", "Reason=specctl test: failed mid-start", check=True)
 
     watcher = _when_running(slurm, "slurm-nodes", run2, down)
-    third = cli("--json", "deploy", str(v1), "--baseline", "skip", "--startup-timeout", "20", *common)
+    third = cli("--json", "deploy", str(v1), "--baseline", "skip", "--startup-timeout", "10", *common)
     watcher.join()
     assert third.code != 0, third.stdout
     detail = third.json()["hosts"][0]["detail"]
