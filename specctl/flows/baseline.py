@@ -66,7 +66,7 @@ def baseline(ctx: Context, report: CheckReport, host: HostSpec) -> tuple[str, Ba
             measured: list[list[PointResult]] = []
 
             def measure_stage() -> None:
-                client = EngineClient(f"http://{session.server_address(change.release)}:{profile.engine.port}", cancel=ctx.cancel)
+                client = EngineClient(session.server_url(change.release, profile.engine.port), cancel=ctx.cancel)
                 prompts = release_prompts(change.release, read_release(change.release), report.inputs.engine, ids=v.stream)
                 warm_up(client, prompts, max_new_tokens=v.max_new_tokens, temperature=v.temperature)
                 measured.append(measure_points(client, prompts, v, gated=False, cancelled=lambda: ctx.cancel.cancelled,

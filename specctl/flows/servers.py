@@ -26,7 +26,7 @@ from specctl.profile.profile import is_local_path
 from specctl.release import release as rel
 from specctl.release import staging
 from specctl.plan.sbatch import sbatch_options
-from specctl.release.target import target_of
+from specctl.release.target import server_url, target_of
 from specctl.verdict.client import EngineClient
 
 
@@ -82,7 +82,7 @@ def status(reach: Reach, profile: str, port: int, hosts: Sequence[HostSpec]) -> 
         if found.running and found.current:
             release = rel.Release(t, root, profile, found.current)
             serving = rel.port(release) or port
-            found.healthy = EngineClient(f"http://{target.address(release)}:{serving}", timeout_s=10).healthy(timeout_s=10)
+            found.healthy = EngineClient(server_url(target, release, serving), timeout_s=10).healthy(timeout_s=10)
         held = lock.read(t, base)
         found.locked_by = lock.describe(held) if held else None
         return found

@@ -19,7 +19,7 @@ from specctl.ledger.ledger import Ledger
 from specctl.release import lock
 from specctl.release import release as rel
 from specctl.release.documents import ReleaseDocs, read_release
-from specctl.release.target import Target, target_of
+from specctl.release.target import Target, server_url, target_of
 
 
 @dataclass
@@ -78,9 +78,9 @@ class HostSession:
         """What runs the profile's servers here: processes on the host, or a cluster's scheduler."""
         return target_of(self.spec, self.transport)
 
-    def server_address(self, release: rel.Release) -> str:
-        """Where the release's server answers HTTP."""
-        return self.target.address(release)
+    def server_url(self, release: rel.Release, port: int) -> str:
+        """The base URL of the release's server, as this machine reaches it."""
+        return server_url(self.target, release, port)
 
     @property
     def root(self) -> str:

@@ -189,7 +189,7 @@ class Search:
     def _measure(self, release: rel.Release) -> Measurement:
         """The objective's point, in batches, until the candidate is dropped or reaches the planned count."""
         v, session, search = self.report.inputs.profile.verify, self.session, self.elimination
-        client = EngineClient(f"http://{session.server_address(release)}:{self.report.inputs.profile.engine.port}", cancel=self.ctx.cancel)
+        client = EngineClient(session.server_url(release, self.report.inputs.profile.engine.port), cancel=self.ctx.cancel)
         prompts = release_prompts(release, session.docs(release.run_id), self.report.inputs.engine, ids=v.stream)
         warm_up(client, prompts, max_new_tokens=v.max_new_tokens, temperature=v.temperature)
         objective = OBJECTIVES[self.metric]

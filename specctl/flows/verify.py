@@ -107,7 +107,7 @@ def verify_release(session: HostSession, run_id: str, *, baseline: tuple[str, Ba
         t, python=profile.engine.python, root=session.root, port=profile.engine.port, distribution=engine.distribution())
     verdict.facts = facts.to_dict()
     verdict.findings = check_host(profile, verdict.facts, engine)
-    client = EngineClient(f"http://{session.server_address(session.release(run_id))}:{profile.engine.port}", timeout_s=REQUEST_DEADLINE_S, cancel=cancel)
+    client = EngineClient(session.server_url(session.release(run_id), profile.engine.port), timeout_s=REQUEST_DEADLINE_S, cancel=cancel)
     session.progress("drift")
     try:
         info = client.server_info()

@@ -34,6 +34,7 @@ import paramiko
 
 from specctl.errors import ConnectionLost, HostError, InputError
 from specctl.hosts.shell import RemoteShell, ShellGone
+from specctl.hosts.tunnel import Tunnel
 from specctl.hosts.transport import Completed, OnOutput, Transport
 
 CONNECT_TIMEOUT_S = 10.0
@@ -222,6 +223,8 @@ class SshRunner:
         self._shell: RemoteShell | None = None
         self._shell_works = True  # False once a host would not start one (a restricted shell): channels then
         self._shell_busy = threading.Lock()  # a second caller at once gets a channel of its own
+        self._tunnels: dict[tuple[str, int], Tunnel] = {}
+        self._tunnels_guard = threading.Lock()
 
     def _hop_client(self, i: int) -> paramiko.SSHClient:
         """Open hop i of the route: through hop i-1's direct-tcpip channel, its ProxyCommand, or directly."""
@@ -398,7 +401,25 @@ class SshRunner:
         raise ConnectionLost(f"{self.target.alias}: the connection broke during `{command[:80]}`{cause}", host=self.target.alias,
                              fix="check the host and the network; `specctl status` shows what runs there once it answers")
 
+    def forward(self, host: str, port: int) -> tuple[str, int]:
+        """A local address that reaches (host, port) from this host, through this connection (one
+        tunnel per destination, kept until `close`)."""
+        key = (host, port)
+        with self._tunnels_guard:
+            tunnel = self._tunnels.get(key)
+            if tunnel is None:
+                tunnel = self._tunnels[key] = Tunnel(self._open_direct, host, port)
+        return "127.0.0.1", tunnel.local_port
+
+    def _open_direct(self, where: tuple[str, int]) -> Any:
+        transport = self.client().get_transport()
+        assert transport is not None
+        return transport.open_channel("direct-tcpip", where, ("127.0.0.1", 0), timeout=self.options.connect_timeout_s)
+
     def close(self) -> None:
+        for tunnel in self._tunnels.values():
+            tunnel.close()
+        self._tunnels.clear()
         if self._shell is not None:
             self._shell.close()
             self._shell = None
@@ -422,4 +443,5 @@ def _dies(transport: paramiko.Transport, within_s: float = 2.0) -> bool:
 
 def ssh_transport(name: str, target: SshTarget, options: SshOptions, *, address: str | None = None) -> Transport:
     """A Transport over SSH; its servers are reached at `address`, by default the SSH hostname."""
-    return Transport(name, address or target.hostname, SshRunner(target, options))
+    runner = SshRunner(target, options)
+    return Transport(name, address or target.hostname, runner, forward=runner.forward)

@@ -57,10 +57,17 @@ class Runner(Protocol):
 class Transport:
     """A host reached through `runner`; `name` for messages, `address` for its servers' ports."""
 
-    def __init__(self, name: str, address: str, runner: Runner) -> None:
+    def __init__(self, name: str, address: str, runner: Runner,
+                 forward: Callable[[str, int], tuple[str, int]] | None = None) -> None:
         self.name = name
         self.address = address
         self._runner = runner
+        self._forward = forward
+
+    def forward(self, host: str, port: int) -> tuple[str, int]:
+        """Where this machine reaches (host, port) as the host itself would: through the host's
+        connection when it has one (an SSH tunnel), else directly."""
+        return self._forward(host, port) if self._forward is not None else (host, port)
 
     def run(self, argv: Sequence[str], *, timeout_s: float = 60.0, env: Mapping[str, str] | None = None,
             stdin: bytes | None = None, check: bool = True, retry: bool = False) -> Completed:

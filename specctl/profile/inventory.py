@@ -61,6 +61,8 @@ class SlurmCluster(StrictModel):
     qos: str | None = None
     time: Annotated[str | None, Field(description="the job's time limit, as sbatch --time reads it")] = None
     gres: Annotated[str | None, Field(description="sbatch --gres per node (default gpu:<hardware.gpus_per_node>; '' for none)")] = None
+    tunnel: Annotated[bool, Field(description="reach the servers' HTTP through the login node's SSH connection "
+                                                "(compute nodes that only the login node can reach)")] = False
     exclusive: Annotated[bool, Field(description="whole nodes per job (--exclusive --mem=0): all their CPUs and memory")] = True
     python: str | None = None
     env: Annotated[dict[str, str], Field(description="environment of the cluster's commands on the login node (SLURM_CONF, ...)")] = {}

@@ -50,7 +50,8 @@ def wait_ready(target: Target, release: Release, port: int, stages: Sequence[tup
     address: str | None = t.address if target.on_host else None  # a job's is known once it is placed
     while True:
         if address is not None:
-            client = EngineClient(f"http://{address}:{port}", timeout_s=30, cancel=cancel)
+            host, reached = target.endpoint(address, port)
+            client = EngineClient(f"http://{host}:{reached}", timeout_s=30, cancel=cancel)
             if client.healthy(timeout_s=min(30.0, max(1.0, budget_s - (time.monotonic() - start)))):
                 on_progress("ready")
                 return time.monotonic() - start

@@ -172,6 +172,9 @@ class SlurmTarget:
                             host=self.transport.name, fix="see `specctl status` and the job's log (`specctl logs`)")
         return words[1]
 
+    def endpoint(self, address: str, port: int) -> tuple[str, int]:
+        return self.transport.forward(address, port) if self.cluster.tunnel else (address, port)
+
     def stop(self, release: rel.Release) -> bool:
         ids = [s.handle for s in self.servers(release.base) if s.release == release.run_id]
         self._cancel(ids)

@@ -18,7 +18,7 @@ from specctl.release import release as rel
 if TYPE_CHECKING:
     from specctl.hosts.inventory import HostSpec
 
-__all__ = ["Observation", "ProcessTarget", "Target", "target_of"]
+__all__ = ["Observation", "ProcessTarget", "Target", "server_url", "target_of"]
 
 
 @dataclass(frozen=True)
@@ -56,6 +56,10 @@ class Target(Protocol):
 
     def address(self, release: rel.Release) -> str:
         """Where the release's server answers HTTP."""
+        ...
+
+    def endpoint(self, address: str, port: int) -> tuple[str, int]:
+        """Where this machine sends a server's HTTP: the server's address, or a tunnel to it."""
         ...
 
     def stop(self, release: rel.Release) -> bool:
@@ -98,6 +102,9 @@ class ProcessTarget:
     def address(self, release: rel.Release) -> str:
         return self.transport.address
 
+    def endpoint(self, address: str, port: int) -> tuple[str, int]:
+        return address, port
+
     def stop(self, release: rel.Release) -> bool:
         return rel.stop(release)
 
@@ -118,3 +125,9 @@ def target_of(spec: HostSpec, transport: Transport) -> Target:
 
         return SlurmTarget(transport, spec.slurm)
     return ProcessTarget(transport)
+
+
+def server_url(target: Target, release: rel.Release, port: int) -> str:
+    """The base URL of a release's server, as this machine reaches it."""
+    host, reached = target.endpoint(target.address(release), port)
+    return f"http://{host}:{reached}"

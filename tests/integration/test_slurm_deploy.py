@@ -10,6 +10,9 @@ two-rank server.
 
 from __future__ import annotations
 
+import os
+import socket
+import subprocess
 import sys
 import threading
 import time
@@ -255,3 +258,40 @@ def test_two_roots_on_one_cluster_never_touch_each_others_jobs(cli: Any, slurm: 
     assert cli("stop", str(v1), "--hosts", "staging", *common[:2]).code == 0
     [(run_id, state)] = jobs(slurm, "slurm-roots").items()
     assert state == "RUNNING" and (slurm.shared_dir / "prod" / "slurm-roots" / "releases" / run_id).is_dir()
+
+
+def test_compute_nodes_only_the_login_node_reaches_are_served_through_a_tunnel(cli: Any, slurm: SlurmLab, lab: SshLab,
+                                                                                tmp_path: Path) -> None:
+    """This machine may not open the servers' port on the compute nodes (an nftables rule on its own
+    output; the login node's traffic is forwarded, not output, so it still gets through): with
+    `tunnel: true`, readiness, verify and status go through the login node's SSH connection."""
+    if not lab.use_namespaces:
+        pytest.skip("the login node must be a host of its own")
+    port = PORT + 6
+    table = f"specctl_tunnel_{os.getpid()}"
+    nodes = ", ".join(node.address for node in slurm.nodes.values())
+    subprocess.run(["nft", "-f", "-"], check=True, input=(
+        f"table inet {table} {{\n chain out {{\n  type filter hook output priority 0;\n"
+        f"  ip daddr {{ {nodes} }} tcp dport {port} reject\n }}\n}}\n").encode())
+    try:
+        v1, _ = write_inputs(tmp_path, port, gates=True)
+        on_cluster(v1, "slurm-tunnel")
+        inventory = tmp_path / "hosts.yaml"
+        lab.inventory(inventory, sys.executable)
+        data = yaml.safe_load(inventory.read_text())
+        data["clusters"] = {"lab": {"kind": "slurm", "login": "h0", "root": str(slurm.shared_dir / "specctl-tunnel"),
+                                    "gres": "gpu:2", "python": sys.executable, "tunnel": True,
+                                    "env": {"SLURM_CONF": str(slurm.conf_path)}}}
+        inventory.write_text(yaml.safe_dump(data))
+        common = ["--inventory", str(inventory), "--ssh-config", str(lab.ssh_config), "--ledger", str(tmp_path / "ledger.db")]
+        done = cli("--json", "deploy", str(v1), "--baseline", "skip", *common)
+        assert done.code == 0, done.stdout + done.stderr
+        assert done.json()["hosts"][0]["verdict"]["passed"]
+        [run_id] = jobs(slurm, "slurm-tunnel")
+        head = (slurm.shared_dir / "specctl-tunnel" / "slurm-tunnel" / "releases" / run_id / "head-address").read_text().split()[1]
+        with pytest.raises(OSError):  # the rule holds: only the tunnel reached it
+            socket.create_connection((head, port), timeout=2).close()
+        assert cli("--json", "status", str(v1), *common[:4]).json()["hosts"][0]["healthy"]
+        cli("stop", str(v1), *common[:4])
+    finally:
+        subprocess.run(["nft", "delete", "table", "inet", table], check=False)
