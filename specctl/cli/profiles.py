@@ -27,6 +27,7 @@ from specctl.errors import CheckFailed, DocumentError, InputError
 if TYPE_CHECKING:
     from specctl.flows.static import CheckReport
     from specctl.plan.k8s import K8sOptions, PodProgram
+    from specctl.profile.inventory import KubernetesCluster
 
 
 _K8S = "Kubernetes (--target k8s)"
@@ -129,10 +130,13 @@ def render(
     model_pvc: Annotated[str | None, typer.Option("--model-pvc", rich_help_panel=_K8S,
                                                   help="PersistentVolumeClaim for the checkpoints and the HF cache "
                                                        "(default: an emptyDir, downloaded again at every pod start).")] = None,
-    model_mount: Annotated[str, typer.Option("--model-mount", rich_help_panel=_K8S,
-                                             help="Where the model volume is mounted; local checkpoint paths must be under it.")] = K8S_MODEL_MOUNT,
-    image_python: Annotated[str, typer.Option("--image-python", rich_help_panel=_K8S,
-                                              help="The image's interpreter, in place of the profile's engine.python.")] = K8S_PYTHON,
+    model_mount: Annotated[str | None, typer.Option("--model-mount", rich_help_panel=_K8S, show_default=K8S_MODEL_MOUNT,
+                                                    help="Where the model volume is mounted; local checkpoint paths must be under it.")] = None,
+    image_python: Annotated[str | None, typer.Option("--image-python", rich_help_panel=_K8S, show_default=K8S_PYTHON,
+                                                     help="The image's interpreter, in place of the profile's engine.python.")] = None,
+    cluster: Annotated[str | None, typer.Option("--cluster", rich_help_panel=_K8S,
+                                                help="A `kind: kubernetes` entry of the inventory: its settings, which the flags above override.")] = None,
+    inventory: InventoryOpt = None,
 ) -> None:
     """Print the exact launch command(s) of a profile, deterministic and shell-quoted; or, with
     --target k8s, the Kubernetes objects that run the same argv and environment."""
@@ -154,8 +158,11 @@ def render(
     if target == "k8s":
         from specctl.plan import k8s
 
-        options = k8s.K8sOptions(image=image or _published_image(report), name=name, namespace=namespace, secret_name=secret_name,
-                                 model_pvc=model_pvc, model_mount=model_mount, python=image_python)
+        site = _kubernetes_entry(cluster, inventory)
+        options = k8s.K8sOptions(image=image or site.image or _published_image(report), name=name,
+                                 namespace=namespace or site.namespace, secret_name=secret_name or site.secret_name,
+                                 model_pvc=model_pvc or site.model_pvc, model_mount=model_mount or site.model_mount or K8S_MODEL_MOUNT,
+                                 python=image_python or site.image_python or K8S_PYTHON)
         objects = k8s.manifests(report.inputs, report.resolution, options, baseline=baseline,
                                 stage=_stage_program(report, options, baseline=baseline),
                                 materialise=k8s.MATERIALISE_SCRIPT.read_text(encoding="utf-8"))
@@ -175,6 +182,24 @@ def render(
     if plan.overlay is not None:
         output.hint(f"# drafter overlay: {len(plan.overlay.links)} linked file(s) + config.json with "
                     f"eagle_aux_hidden_state_layer_ids {plan.capture['ids'] if plan.capture else None} (see --format json)")
+
+
+def _kubernetes_entry(name: str | None, inventory: str | None) -> KubernetesCluster:
+    """The inventory's `kind: kubernetes` entry `name` (an empty one when none is named)."""
+    from specctl.hosts.inventory import inventory_path
+    from specctl.profile import load_document
+    from specctl.profile.inventory import Inventory, KubernetesCluster
+
+    if name is None:
+        return KubernetesCluster(kind="kubernetes")
+    path = inventory_path(inventory)
+    if path is None:
+        raise InputError(f"--cluster {name} needs an inventory", fix="pass --inventory PATH (or set SPECCTL_INVENTORY)")
+    entry = load_document(path, Inventory, "Inventory").model.clusters.get(name)
+    if not isinstance(entry, KubernetesCluster):
+        raise InputError(f"{path} has no `kind: kubernetes` cluster {name!r}",
+                         fix=f"add it under clusters: with `kind: kubernetes`, or drop --cluster")
+    return entry
 
 
 def _published_image(report: CheckReport) -> str:

@@ -14,7 +14,7 @@ from specctl.hosts.local import LOCAL, local_transport
 from specctl.hosts.transport import Transport
 
 if TYPE_CHECKING:
-    from specctl.profile.inventory import Host, SlurmCluster
+    from specctl.profile.inventory import Host, KubernetesCluster, SlurmCluster
 
 DEFAULT_ROOT = "~/.specctl"
 
@@ -68,7 +68,7 @@ def resolve_hosts(names: Sequence[str], inventory: Path | None) -> list[HostSpec
             if any(h.name == member for h in out):
                 continue
             if member in clusters:
-                out.append(_cluster_spec(member, clusters[member], hosts))
+                out.append(_cluster_spec(member, clusters[member], hosts, inventory))
                 continue
             if member not in hosts:
                 if member == LOCAL:
@@ -91,9 +91,14 @@ def _ssh(entry: Host) -> tuple[str | None, dict[str, object]]:
     return (entry.ssh, {}) if isinstance(entry.ssh, str) else (None, {})
 
 
-def _cluster_spec(name: str, cluster: SlurmCluster, hosts: Mapping[str, Host]) -> HostSpec:
+def _cluster_spec(name: str, cluster: SlurmCluster | KubernetesCluster, hosts: Mapping[str, Host], inventory: Path | None) -> HostSpec:
     """A Slurm cluster as the host deploys talk to: its login node, with the cluster's shared root.
     Its servers' addresses come from each job's allocation, not from the login node."""
+    from specctl.profile.inventory import KubernetesCluster
+
+    if isinstance(cluster, KubernetesCluster):
+        raise InputError(f"{name} is a Kubernetes cluster: specctl renders its objects but does not apply them yet",
+                         fix=f"specctl render PROFILE --target k8s --cluster {name} --inventory {inventory} | kubectl apply -f -")
     if cluster.login == LOCAL:
         return HostSpec(name, cluster.root, cluster.python, None, {}, slurm=cluster)
     login = hosts[cluster.login]

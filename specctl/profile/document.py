@@ -147,17 +147,31 @@ def _problems(
 ) -> list[DocumentProblem]:
     problems = []
     for error in exc.errors(include_url=False):
-        loc = tuple(error["loc"])
+        raw = tuple(error["loc"])
         at = (error.get("ctx") or {}).get("at")
         if at:  # model-level validators name the field they are about; field validators a path inside theirs
-            loc = (*loc, *(at if isinstance(at, tuple) else str(at).split(".")))
+            raw = (*raw, *(at if isinstance(at, tuple) else str(at).split(".")))
+        if error["type"] == "union_tag_invalid":  # the tag's own line
+            raw = (*raw, str((error.get("ctx") or {}).get("discriminator", "kind")).strip("'"))
+        loc = _untagged(raw, positions)
         pos = _nearest(positions, loc)
         where = pos.file if pos else file
         source = source_line(lines.get(pos.file, ()), pos.line) if pos else None
-        message, fix = _explain(error, model, loc)
+        message, fix = _explain(error, model, raw)
         problems.append(DocumentProblem(where, pos.line if pos else None, pos.column if pos else None,
                                         field_name(loc), message, fix, source))
     return problems
+
+
+def _untagged(loc: Path_, positions: dict[Path_, Position]) -> Path_:
+    """The path without the tags pydantic inserts for a discriminated union (`clusters.a.slurm.root`
+    is `clusters.a.root` in the file): an element the document lacks, whose next element it has."""
+    out: tuple[Any, ...] = ()
+    for i, element in enumerate(loc):
+        if (out + (element,)) not in positions and i + 1 < len(loc) and (out + (loc[i + 1],)) in positions:
+            continue
+        out += (element,)
+    return out
 
 
 def _nearest(positions: dict[Path_, Position], loc: Path_) -> Position | None:
@@ -215,6 +229,10 @@ def _model_at(model: Any, loc: Path_) -> Any:
     current: Any = model
     for part in loc:
         current = _unwrap(current)
+        tagged = _tagged_member(current, part)
+        if tagged is not None:  # a discriminated union's tag (pydantic puts it in the path): that member
+            current = tagged
+            continue
         if isinstance(current, type) and issubclass(current, BaseModel):
             if not isinstance(part, str) or part not in current.model_fields:
                 return None
@@ -228,13 +246,29 @@ def _model_at(model: Any, loc: Path_) -> Any:
 
 
 def _unwrap(annotation: Any) -> Any:
-    """Optional[X] -> X, so lookups see through nullable fields."""
+    """Optional[X] -> X and Annotated[X, ...] -> X, so lookups see through nullable and annotated
+    fields; a union of several models stays a union (`_tagged_member` picks one by its tag)."""
     origin = typing.get_origin(annotation)
+    if origin is typing.Annotated:
+        return _unwrap(typing.get_args(annotation)[0])
     if origin in (typing.Union, types.UnionType):
         args = [a for a in typing.get_args(annotation) if a is not type(None)]
         models = [a for a in args if isinstance(a, type) and issubclass(a, BaseModel)]
+        if len(models) > 1:
+            return annotation
         return models[0] if models else (args[0] if len(args) == 1 else annotation)
     return annotation
+
+
+def _tagged_member(annotation: Any, tag: Any) -> Any:
+    """The model of a union whose `kind` is the literal `tag`, else None."""
+    if typing.get_origin(annotation) not in (typing.Union, types.UnionType):
+        return None
+    for member in typing.get_args(annotation):
+        kind = member.model_fields.get("kind") if isinstance(member, type) and issubclass(member, BaseModel) else None
+        if kind is not None and tag in typing.get_args(kind.annotation):
+            return member
+    return None
 
 
 def _fields_at(model: type[BaseModel], loc: Path_) -> list[str]:

@@ -76,12 +76,28 @@ class SlurmCluster(StrictModel):
         return state_directory(root)
 
 
+class KubernetesCluster(StrictModel):
+    """A Kubernetes cluster: what `render --target k8s --cluster NAME` writes into the objects
+    (each also a flag of render, which wins). specctl does not apply them itself yet."""
+
+    kind: Literal["kubernetes"]
+    namespace: str | None = None
+    image: Annotated[str | None, Field(description="the container image (default: the engine's published one)")] = None
+    model_pvc: Annotated[str | None, Field(description="PersistentVolumeClaim for checkpoints and the HF cache")] = None
+    model_mount: str | None = None
+    secret_name: str | None = None
+    image_python: str | None = None
+
+
+Cluster = Annotated[SlurmCluster | KubernetesCluster, Field(discriminator="kind")]
+
+
 class Inventory(StrictModel):
     api_version: Literal["specctl/v1"] = Field("specctl/v1", alias="apiVersion")
     kind: Literal["Inventory"] = "Inventory"
     hosts: dict[Name, Host] = {}
     groups: dict[str, list[str]] = {}
-    clusters: dict[Name, SlurmCluster] = {}
+    clusters: dict[Name, Cluster] = {}
 
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True, populate_by_name=True, defer_build=True)
 
@@ -98,7 +114,7 @@ class Inventory(StrictModel):
     @model_validator(mode="after")
     def _clusters_reach_a_login_node(self) -> Inventory:
         for name, cluster in self.clusters.items():
-            if cluster.login != "local" and cluster.login not in self.hosts:
+            if isinstance(cluster, SlurmCluster) and cluster.login != "local" and cluster.login not in self.hosts:
                 raise PydanticCustomError("unknown_login", "cluster {name!r} names login node {login!r}, which is not a host",
                                           {"name": name, "login": cluster.login, "at": f"clusters.{name}.login",
                                            "fix": "define it under hosts:, or write `login: local` when specctl runs on it"})

@@ -98,3 +98,21 @@ def test_a_multi_node_profile_needs_no_hosts_on_kubernetes(cli: Any, tmp_path: P
     result = cli("render", path, "--target", "k8s", "--json", "--image", "img:1", "--model-mount", str(tmp_path))
     assert result.code == 0, result.stderr
     assert [o["kind"] for o in result.json()] == ["LeaderWorkerSet", "Service"]  # local checkpoints: nothing to stage
+
+
+def test_a_kubernetes_inventory_entry_supplies_the_options_and_flags_override_it(cli: Any, hub_env: Path, tmp_path: Path) -> None:
+    inventory = tmp_path / "hosts.yaml"
+    inventory.write_text(yaml.safe_dump({"apiVersion": "specctl/v1", "kind": "Inventory", "clusters": {
+        "gke": {"kind": "kubernetes", "namespace": "llm", "image": "my.registry/sglang:1", "model_pvc": "weights"}}}))
+    result = cli("render", KIMI, "--target", "k8s", "--json", "--cluster", "gke", "--inventory", str(inventory), "-n", "other")
+    assert result.code == 0, result.stderr
+    _, deployment, _ = result.json()
+    assert deployment["metadata"]["namespace"] == "other"  # the flag wins
+    pod = deployment["spec"]["template"]["spec"]
+    assert pod["containers"][0]["image"] == "my.registry/sglang:1"
+    assert {"name": "model", "persistentVolumeClaim": {"claimName": "weights"}} in pod["volumes"]
+    missing = cli("render", KIMI, "--target", "k8s", "--cluster", "eks", "--inventory", str(inventory))
+    assert missing.code == 2 and "no `kind: kubernetes` cluster 'eks'" in missing.stderr
+    # deploy does not apply objects yet: it says how to
+    deploy = cli("deploy", KIMI, "--hosts", "gke", "--inventory", str(inventory), "--skip-check")
+    assert deploy.code == 2 and "render PROFILE --target k8s --cluster gke" in deploy.stderr, deploy.stderr

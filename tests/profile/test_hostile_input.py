@@ -305,3 +305,19 @@ def test_a_cluster_resolves_to_its_login_node(tmp_path: Path) -> None:
     assert spec.slurm is not None and spec.slurm.partition == "gpu"
     [local] = resolve_hosts(["gpu-slurm"], write(tmp_path, CLUSTER.format(login="local", root="/s"), "local.yaml"))
     assert local.ssh_alias is None and local.transport().name == "gpu-slurm"  # this machine, named as the cluster
+
+
+@pytest.mark.parametrize(("entry", "line", "field", "says"), [
+    ("    kind: pbs\n    root: /s\n", 5, "clusters.x.kind", "'slurm', 'kubernetes'"),
+    ("    kind: kubernetes\n    namspace: a\n", 6, "clusters.x.namspace", "unknown key"),
+    ("    kind: slurm\n    login: local\n    root: /s\n    partiton: gpu\n", 8, "clusters.x.partiton", "unknown key"),
+])
+def test_a_cluster_entry_of_either_kind_is_checked_as_that_kind(cli: Any, tmp_path: Path, entry: str, line: int, field: str,
+                                                                says: str) -> None:
+    text = "apiVersion: specctl/v1\nkind: Inventory\nclusters:\n  x:\n" + entry
+    p = one_problem(cli, "validate", str(write(tmp_path, text, "hosts.yaml")))
+    assert (p["line"], p["field"]) == (line, field) and says in p["message"], p
+    if "namspace" in field:
+        assert "namespace" in p["fix"]  # the kubernetes kind's own keys, not slurm's
+    if "partiton" in field:
+        assert "partition" in p["fix"]
