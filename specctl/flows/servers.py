@@ -61,6 +61,9 @@ class HostStatus:
         others = [s for s in self.servers if not s["current"]]
         text = ("healthy" if self.healthy else "running, not answering" if self.running
                 else "not running" if self.current else "nothing deployed")
+        job = next((s.get("job_state") for s in self.servers if s["current"]), None)
+        if job:
+            text += f" (job {job})"
         if others:
             text += "; ALSO RUNNING, not current: " + ", ".join(
                 s["release"] + (f" (stops itself at {s['confirm_by']})" if s.get("confirm_by") else "") for s in others)
@@ -76,7 +79,7 @@ def status(reach: Reach, profile: str, port: int, hosts: Sequence[HostSpec]) -> 
         for server in target.servers(base):
             deadline = _confirm_by(t, rel.Release(t, root, profile, server.release))
             found.servers.append({"release": server.release, "process_group" if target.on_host else "job": server.handle,
-                                  "current": server.release == found.current,
+                                  **({"job_state": server.note} if server.note else {}), "current": server.release == found.current,
                                   "confirm_by": None if server.release == found.current else deadline})
         found.running = any(s["current"] for s in found.servers)
         if found.running and found.current:

@@ -277,6 +277,7 @@ class Server:
 
     release: str
     handle: int
+    note: str | None = None  # what its target adds (a job's state and time left)
 
 
 def servers(transport: Transport, base: str) -> list[Server]:
@@ -285,12 +286,13 @@ def servers(transport: Transport, base: str) -> list[Server]:
 
 
 def _servers_in(lines: list[str]) -> list[Server]:
-    """The "run-id process-group" lines `find_servers` prints."""
+    """The "run-id handle [note]" lines a target's listing prints (`find_servers`: no note)."""
     found = []
     for line in lines:
-        run_id, _, group = line.partition(" ")
-        if group.isdigit():
-            found.append(Server(run_id, int(group)))
+        run_id, _, rest = line.partition(" ")
+        handle, _, note = rest.partition(" ")
+        if handle.isdigit():
+            found.append(Server(run_id, int(handle), note.strip() or None))
     return found
 
 

@@ -34,14 +34,14 @@ for v in $(env | sed -n -e 's/^\(SBATCH_[A-Za-z0-9_]*\)=.*/\1/p' -e 's/^\(SQUEUE
 # never "no jobs". $1 = the profile's job-name prefix, $2 = its releases directory + "/".
 _JOBS = _CLEAN + r"""
 jobs_of() {
-  out=$(squeue --me -h -o '%i|%j|%T|%Z') || return 3
-  printf '%s\n' "$out" | while IFS='|' read -r id name state dir; do
+  out=$(squeue --me -h -o '%i|%j|%T|%Z|%L') || return 3
+  printf '%s\n' "$out" | while IFS='|' read -r id name state dir left; do
     [ -n "$id" ] || continue
     case $name in "$1"*) ;; *) continue;; esac
     case $dir in "$2"*) ;; *) continue;; esac
     case " COMPLETING COMPLETED CANCELLED FAILED TIMEOUT NODE_FAIL PREEMPTED BOOT_FAIL DEADLINE OUT_OF_MEMORY " in
       *" $state "*) continue;; esac
-    echo "${name#"$1"} $id"
+    echo "${name#"$1"} $id $state, $left left"
   done
 }
 """

@@ -85,6 +85,7 @@ def test_v1_verified_v2_refused_while_v1_serves_on_then_rollback(cli: Any, slurm
     assert (release / "allocation-facts.txt").read_text().startswith("disk_free_kib=")
     status = cli("--json", "status", str(v1), *common[:2]).json()["hosts"][0]
     assert status["current"] == run1 and status["healthy"] and status["servers"][0]["job"]
+    assert status["servers"][0]["job_state"].startswith("RUNNING, ") and "left" in status["servers"][0]["job_state"]
 
     second = cli("--json", "deploy", str(v2), "--skip-check", "--baseline", "skip", *common)
     assert second.code == 4, second.stdout + second.stderr

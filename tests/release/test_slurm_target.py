@@ -38,11 +38,12 @@ def test_a_controller_that_does_not_answer_is_an_error_never_no_jobs(tmp_path: P
 
 
 def test_jobs_of_other_roots_and_finished_ones_are_not_the_profiles(tmp_path: Path) -> None:
-    rows = [f"11|specctl:p:r1|RUNNING|{tmp_path}/p/releases/r1", f"12|specctl:p:r2|RUNNING|/other/root/p/releases/r2",
-            f"13|specctl:p:r3|COMPLETING|{tmp_path}/p/releases/r3", f"14|specctl:px:r4|PENDING|{tmp_path}/px/releases/r4",
-            f"15|specctl:p:r5|REQUEUE_HOLD|{tmp_path}/p/releases/r5"]
+    rows = [f"11|specctl:p:r1|RUNNING|{tmp_path}/p/releases/r1|6-23:59:01", f"12|specctl:p:r2|RUNNING|/other/root/p/releases/r2|1:00",
+            f"13|specctl:p:r3|COMPLETING|{tmp_path}/p/releases/r3|0:00", f"14|specctl:px:r4|PENDING|{tmp_path}/px/releases/r4|1:00",
+            f"15|specctl:p:r5|REQUEUE_HOLD|{tmp_path}/p/releases/r5|7-00:00:00"]
     slurm, release = target(tmp_path, squeue="printf '%s\\n' " + " ".join(f"'{r}'" for r in rows))
-    assert [(s.release, s.handle) for s in slurm.servers(release.base)] == [("r1", 11), ("r5", 15)]
+    assert [(s.release, s.handle, s.note) for s in slurm.servers(release.base)] == [
+        ("r1", 11, "RUNNING, 6-23:59:01 left"), ("r5", 15, "REQUEUE_HOLD, 7-00:00:00 left")]
 
 
 def test_a_purged_job_has_ended_and_a_reason_no_wait_clears_ends_the_start(tmp_path: Path) -> None:
