@@ -87,17 +87,23 @@ def tune_view(data: Mapping[str, Any]) -> RenderableType:
     from rich.text import Text
 
     objective = data["objective"]
-    table = Table("candidate", "release", f"{objective['metric']} @{objective['concurrency']}", "interval", "requests", "result",
+    # the profile's other operating points, measured for the candidates still in the running
+    others = sorted({int(c) for row in data["candidates"] for c in (row.get("points") or {}) if c.isdigit()})
+    table = Table("candidate", "release", f"{objective['metric']} @{objective['concurrency']}", "interval", "requests",
+                  *(f"tok/s @{c}" for c in others), "result",
                   title=f"tune {data['profile']} v{data['version']} on {data['host']} (run {data['run']})", title_justify="left")
     for row in data["candidates"]:
         iv = row.get("interval") or {}
         result = ("WINNER" if row["winner"] else f"failed: {row['failed']}" if row["failed"]
                   else "eliminated" if row["eliminated"] else "kept")
+        points = row.get("points") or {}
+        at_points = [_num(((points.get(str(c)) or {}).get("output_tokens_per_s") or {}).get("estimate")) for c in others]
         table.add_row(row["key"] + (" (current)" if row["incumbent"] else ""), row.get("release") or "-", _num(row.get("estimate")),
-                      f"[{_num(iv.get('low'))}, {_num(iv.get('high'))}]" if iv else "-", str(row["requests"]), result)
+                      f"[{_num(iv.get('low'))}, {_num(iv.get('high'))}]" if iv else "-", str(row["requests"]), *at_points, result)
     blocks: list[RenderableType] = [table, Text(
         f"{data['requests']} requests in all (measuring every candidate to {data['planned_requests']}: "
-        f"{data['exhaustive_requests']}); {data['level_note']}")]
+        f"{data['exhaustive_requests']})" + (f", and {data['other_point_requests']} at the other operating points"
+                                               if data.get("other_point_requests") else "") + f"; {data['level_note']}")]
     blocks.append(heat_map_view(data["heat_map"], objective["metric"]))
     for d in data.get("dropped") or []:
         blocks.append(Text(f"  not measured: {d['key']}: {d['reason']}"))

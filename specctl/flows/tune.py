@@ -6,8 +6,9 @@ only `speculative` replaced, brought up with the stages every deploy uses
     preflight -> stage -> materialise -> stop previous -> start -> ready -> switch     (flows/change.py)
 
 and measured at the objective's operating point under successive elimination
-(verdict/elimination.py): one server start per candidate, and the host's own release started once
-more at the end (unless nothing ran there). The winner is written as the next profile version,
+(verdict/elimination.py); a candidate still in the running is then measured at the profile's other
+operating points too, for the table (they do not decide the search). One server start per
+candidate, and the host's own release started once more at the end (unless nothing ran there). The winner is written as the next profile version,
 beside the profile; the `tune` run in the ledger holds every candidate's requests. With `apply`,
 the winner is then deployed and verified like any deploy.
 """
@@ -44,7 +45,7 @@ from specctl.release import release as rel
 from specctl.release.staging import host_env, profile_checkpoints
 from specctl.verdict import gates as gate
 from specctl.verdict import stats
-from specctl.verdict.client import EngineClient
+from specctl.verdict.client import EngineClient, Generation
 from specctl.verdict.elimination import Elimination, Standing
 from specctl.verdict.measure import Measurement, measure, warm_up
 from specctl.verdict.summary import summarize
@@ -65,12 +66,14 @@ class CandidateResult:
     measurement: Measurement | None = None
     summary: dict[str, Any] | None = None
     argv: tuple[str, ...] = ()
+    points: dict[str, Any] = field(default_factory=dict)  # the profile's other operating points: concurrency -> summary
 
     def row(self, winner: bool) -> dict[str, Any]:
         interval = self.standing.interval
         return {**self.candidate.to_dict(), "release": self.release, "estimate": interval.estimate if interval else None,
                 "interval": interval.to_dict() if interval else None, "requests": self.standing.requests,
-                "eliminated": self.standing.eliminated, "failed": self.standing.failed, "winner": winner}
+                "eliminated": self.standing.eliminated, "failed": self.standing.failed, "winner": winner,
+                "points": self.points}
 
 
 @dataclass
@@ -107,6 +110,8 @@ class TuneResult:
                 "planned_requests": self.planned_n, "batch": self.batch, "level": self.level,
                 "level_note": f"every interval at {self.level:.4g} (Bonferroni over {len(self.candidates)} candidates)",
                 "requests": self.requests, "exhaustive_requests": self.planned_n * len(self.candidates),
+                "other_point_requests": sum(int(point.get("requests", 0)) for c in self.candidates
+                                            for key, point in c.points.items() if key.isdigit()),
                 "candidates": rows, "dropped": [d.to_dict() for d in self.dropped],
                 "winner": self.winner.row(True) if self.winner else None, "profile_file": self.profile_file,
                 "restored": self.restored, "heat_map": heat_map(rows),
@@ -179,7 +184,36 @@ class Search:
         interval = OBJECTIVES[self.metric](m, sequential=True, planned_n=planned, level=level)
         standing = self.elimination.settle(candidate.key, interval, len(m.generations))
         summary = summarize(m, None, sequential=True, planned_n=planned, eagle_topk=candidate.speculative.eagle_topk, level=level)
-        return CandidateResult(candidate, standing, release.run_id, m, {"concurrency": self.concurrency, **summary}, tuple(node.argv))
+        try:
+            points = {} if standing.eliminated else self._other_points(release, candidate)
+        except (Cancelled, KeyboardInterrupt):
+            raise
+        except Exception as exc:  # noqa: BLE001 - the objective decided the candidate; the other points only inform
+            points = {"error": error_text(exc)}
+        return CandidateResult(candidate, standing, release.run_id, m, {"concurrency": self.concurrency, **summary}, tuple(node.argv),
+                               points)
+
+    def _other_points(self, release: rel.Release, candidate: Candidate) -> dict[str, Any]:
+        """The profile's other operating points, for a candidate still in the running: each measured
+        with verify's request count and shown beside the objective; they do not decide the search."""
+        p, session = self.report.inputs.profile, self.session
+        v = p.verify
+        others = [c for c in v.points if c != self.concurrency]
+        if not others:
+            return {}
+        client = EngineClient(session.server_url(release, p.engine.port), cancel=self.ctx.cancel)
+        prompts = release_prompts(release, session.docs(release.run_id), self.report.inputs.engine, ids=v.stream)
+        measured: dict[str, Any] = {}
+        for c in others:
+            def progress(i: int, g: Generation, c: int = c) -> None:
+                session.progress(f"concurrency {c}: request {i + 1}/{v.requests}")
+
+            m = measure(client, prompts, requests=v.requests, max_new_tokens=v.max_new_tokens, temperature=v.temperature,
+                        concurrency=c, request_rate=v.request_rate, stream=v.stream, on_request=progress,
+                        cancelled=lambda: self.ctx.cancel.cancelled)
+            measured[str(c)] = {"requests": len(m.generations), **summarize(m, None, sequential=False, planned_n=v.requests,
+                                                                            eagle_topk=candidate.speculative.eagle_topk)}
+        return measured
 
     def _events(self, candidate: Candidate) -> Events:
         """Stage boundaries in the ledger, each named with its candidate."""

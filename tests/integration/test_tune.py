@@ -34,6 +34,7 @@ def test_tune_finds_a_setting_writes_the_next_version_and_applies_it(cli: Any, l
     data["engine"]["host"] = "0.0.0.0"
     data["hosts"] = [HOST]
     data["tune"] = {"num_steps": [1, 3, 5], "eagle_topk": [1], "requests": 16}
+    data["verify"]["concurrency"] = [1, 4]  # the objective is the highest point; the other one is shown beside it
     v1.write_text(yaml.safe_dump(data, sort_keys=False))
     inventory = lab.inventory(tmp_path / "hosts.yaml", sys.executable)
     ledger = tmp_path / "ledger.db"
@@ -54,6 +55,13 @@ def test_tune_finds_a_setting_writes_the_next_version_and_applies_it(cli: Any, l
         assert winner["winner"] and not winner["eliminated"] and winner["estimate"] == max(
             r["estimate"] for r in rows if not r["eliminated"])
         assert result["heat_map"]["row_values"] == [1, 3, 5]
+        assert result["objective"]["concurrency"] == 4
+        assert result["other_point_requests"] == 8 * sum(not r["eliminated"] for r in rows)
+        for r in rows:  # concurrency 1 measured for the candidates still in the running when they were measured
+            if r["eliminated"]:
+                assert r["points"] == {}
+            else:
+                assert r["points"]["1"]["requests"] == 8 and r["points"]["1"]["output_tokens_per_s"]["estimate"] > 0
         assert "aria-label='heat map'" in page.read_text() and result["run"] in page.read_text()
 
         # the host keeps the release it had: same `current`, its server running again
@@ -94,7 +102,7 @@ def test_tune_finds_a_setting_writes_the_next_version_and_applies_it(cli: Any, l
         assert again.code == 2 and "exists" in again.stderr
 
         shown = cli("show", result["run"], "--ledger", str(ledger))  # the run shows as tune showed it
-        assert shown.code == 0 and "WINNER" in shown.stdout and "heat map" in shown.stdout, shown.stdout
+        assert shown.code == 0 and "WINNER" in shown.stdout and "heat map" in shown.stdout and "tok/s @1" in shown.stdout, shown.stdout
 
         # a candidate is a whole release: rollback goes to one by name (never by itself: it was not verified)
         loser = next(r for r in rows if not r["winner"])
