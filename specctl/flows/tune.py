@@ -182,7 +182,8 @@ class Search:
                                    release.run_id if change.handle is not None else None, argv=tuple(node.argv))
         level, planned = self.elimination.level, self.elimination.planned_n
         interval = OBJECTIVES[self.metric](m, sequential=True, planned_n=planned, level=level)
-        standing = self.elimination.settle(candidate.key, interval, len(m.generations))
+        # fewer requests than planned: measure stopped at a look that dropped it (in-flight requests still came back)
+        standing = self.elimination.settle(candidate.key, interval, len(m.generations), dropped=len(m.generations) < planned)
         summary = summarize(m, None, sequential=True, planned_n=planned, eagle_topk=candidate.speculative.eagle_topk, level=level)
         try:
             points = {} if standing.eliminated else self._other_points(release, candidate)

@@ -81,10 +81,12 @@ class Elimination:
         """Whether a candidate with this interval so far is decided worse than the best."""
         return self.best is not None and below(interval, self.best.interval)
 
-    def settle(self, key: str, interval: stats.Interval | None, requests: int) -> Standing:
-        """A candidate measured (to the planned count, or dropped early): record it, and make it the
-        best when it was not decided worse and its estimate is higher."""
-        standing = Standing(key, interval, requests, not self.exhaustive and self.drops(interval))
+    def settle(self, key: str, interval: stats.Interval | None, requests: int, *, dropped: bool = False) -> Standing:
+        """A candidate measured (to the planned count, or `dropped` at a look): record it, and make it
+        the best when it was not decided worse and its estimate is higher. A drop stands even when
+        the requests still in flight at that look move the final interval: the decision was made at
+        the look, where the anytime-valid interval is valid."""
+        standing = Standing(key, interval, requests, not self.exhaustive and (dropped or self.drops(interval)))
         self.standings.append(standing)
         if not standing.eliminated and interval is not None and (
                 self.best is None or self.best.interval is None or interval.estimate > self.best.interval.estimate):
@@ -117,5 +119,5 @@ def replay(candidates: Sequence[tuple[str, Pairs]], *, planned_n: int, batch: in
                                         level=search.level)
 
         n = next((n for n in range(1, len(used)) if search.looks_at(n) and search.drops(interval(n))), len(used))
-        search.settle(key, interval(n), n)
+        search.settle(key, interval(n), n, dropped=n < len(used))
     return search

@@ -74,3 +74,17 @@ def test_the_level_is_shared_among_the_candidates() -> None:
     assert not below(wide, stats.Interval(550, 450, 650, 8, "sequential"))  # overlapping: undecided
     assert below(stats.Interval(300, 280, 320, 8, "sequential"), wide)
     assert not below(None, wide) and not below(wide, None)
+
+
+def test_a_drop_stands_when_requests_in_flight_at_the_look_move_the_final_interval() -> None:
+    """At concurrency c a dropped candidate's last c - 1 requests still come back after the look; its
+    interval over all of them may no longer lie below the best's, but the decision was the look's."""
+    search = Elimination(2, PLANNED, 4)
+    good = requests(600, seed=6)
+    search.settle("good", stats.ratio_sequence([t for t, _ in good], [s for _, s in good], planned_n=PLANNED, level=search.level),
+                  PLANNED)
+    close = requests(598, n=11, seed=7)  # as good as the best, on the whole: not below it
+    interval = stats.ratio_sequence([t for t, _ in close], [s for _, s in close], planned_n=PLANNED, level=search.level)
+    assert not search.drops(interval)
+    standing = search.settle("close", interval, 11, dropped=True)
+    assert standing.eliminated and search.best is not None and search.best.key == "good"
