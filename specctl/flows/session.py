@@ -59,6 +59,7 @@ class HostSession:
     spec: HostSpec
     profile: str
     _transport: Transport | None = None
+    _target: Target | None = None
     _root: str | None = None
     _lock_depth: int = 0
     _docs: dict[str, ReleaseDocs] = field(default_factory=dict)
@@ -76,7 +77,9 @@ class HostSession:
     @property
     def target(self) -> Target:
         """What runs the profile's servers here: processes on the host, or a cluster's scheduler."""
-        return target_of(self.spec, self.transport)
+        if self._target is None:
+            self._target = target_of(self.spec, self.transport)
+        return self._target
 
     def server_url(self, release: rel.Release, port: int) -> str:
         """The base URL of the release's server, as this machine reaches it."""

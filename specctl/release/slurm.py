@@ -123,10 +123,10 @@ class SlurmTarget:
         self.transport = transport
         self.cluster = cluster
 
-    def _run(self, script: str, *args: str, timeout_s: float = 60.0, env: Mapping[str, str] | None = None,
-             check: bool = True) -> Completed:
-        return self.transport.run(["sh", "-c", script, "sh", *args], env={**self.cluster.env, **(env or {})} or None,
-                                  timeout_s=timeout_s, retry=env is None, check=check)
+    def _run(self, script: str, *args: str, timeout_s: float = 60.0) -> Completed:
+        """A script of Slurm commands on the login node, in the cluster's environment; safe to send twice."""
+        return self.transport.run(["sh", "-c", script, "sh", *args], env=dict(self.cluster.env) or None, timeout_s=timeout_s,
+                                  retry=True)
 
     def survey_command(self, base: str) -> list[str]:
         exports = [f"{k}={v}" for k, v in sorted(self.cluster.env.items())]

@@ -27,18 +27,25 @@ def _link(lab: SshLab, link: str) -> str | None:
     return path.resolve().name if path.is_symlink() else None
 
 
-def test_tune_finds_a_setting_writes_the_next_version_and_applies_it(cli: Any, lab: SshLab, tmp_path: Path) -> None:
-    v1, _ = write_inputs(tmp_path, PORT)
+def tune_profile(lab: SshLab, tmp_path: Path, port: int, name: str, tune: dict[str, Any]) -> tuple[Path, list[str]]:
+    """The demo's v1 on HOST under `name` with a `tune:` grid, an inventory and ledger: (profile, common args)."""
+    v1, _ = write_inputs(tmp_path, port)
     data = yaml.safe_load(v1.read_text())
-    data["metadata"]["name"] = NAME
+    data["metadata"]["name"] = name
     data["engine"]["host"] = "0.0.0.0"
     data["hosts"] = [HOST]
-    data["tune"] = {"num_steps": [1, 3, 5], "eagle_topk": [1], "requests": 16}
-    data["verify"]["concurrency"] = [1, 4]  # the objective is the highest point; the other one is shown beside it
+    data["tune"] = tune
     v1.write_text(yaml.safe_dump(data, sort_keys=False))
     inventory = lab.inventory(tmp_path / "hosts.yaml", sys.executable)
+    return v1, ["--inventory", str(inventory), "--ssh-config", str(lab.ssh_config), "--ledger", str(tmp_path / "ledger.db")]
+
+
+def test_tune_finds_a_setting_writes_the_next_version_and_applies_it(cli: Any, lab: SshLab, tmp_path: Path) -> None:
+    v1, common = tune_profile(lab, tmp_path, PORT, NAME, {"num_steps": [1, 3, 5], "eagle_topk": [1], "requests": 16})
+    data = yaml.safe_load(v1.read_text())
+    data["verify"]["concurrency"] = [1, 4]  # the objective is the highest point; the other one is shown beside it
+    v1.write_text(yaml.safe_dump(data, sort_keys=False))
     ledger = tmp_path / "ledger.db"
-    common = ["--inventory", str(inventory), "--ssh-config", str(lab.ssh_config), "--ledger", str(ledger)]
     try:
         assert cli("deploy", str(v1), "--no-verify", *common).code == 0
         before = _link(lab, "current")
@@ -127,16 +134,8 @@ def test_tune_finds_a_setting_writes_the_next_version_and_applies_it(cli: Any, l
 def test_a_host_that_cannot_be_given_back_says_what_it_runs(cli: Any, lab: SshLab, tmp_path: Path) -> None:
     """The original release lost its launch script during the tune: giving the host back fails, and
     the error names the candidate left current and how to go back; the run is recorded as failed."""
-    v1, _ = write_inputs(tmp_path, PORT + 1)
-    data = yaml.safe_load(v1.read_text())
-    data["metadata"]["name"] = NAME + "-back"
-    data["engine"]["host"] = "0.0.0.0"
-    data["hosts"] = [HOST]
-    data["tune"] = {"num_steps": [2, 3], "eagle_topk": [1], "requests": 8}
-    v1.write_text(yaml.safe_dump(data, sort_keys=False))
-    inventory = lab.inventory(tmp_path / "hosts.yaml", sys.executable)
+    v1, common = tune_profile(lab, tmp_path, PORT + 1, NAME + "-back", {"num_steps": [2, 3], "eagle_topk": [1], "requests": 8})
     ledger = tmp_path / "ledger.db"
-    common = ["--inventory", str(inventory), "--ssh-config", str(lab.ssh_config), "--ledger", str(ledger)]
     try:
         assert cli("deploy", str(v1), "--no-verify", *common).code == 0
         base = lab.hosts[HOST].root / (NAME + "-back")
