@@ -5,8 +5,9 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha256sum | cut -c1-16)
 HUB := $(CURDIR)/.cache/hub
 SGLANG_VENV := $(CURDIR)/.venv-sglang
+SGLANG_WHEELS := $(CURDIR)/.cache/sglang-wheels
 
-.PHONY: all demo test test-fast typecheck bench sglang-env system-deps clean
+.PHONY: all demo test test-fast lint typecheck bench sglang-env sglang-wheels system-deps clean
 
 all: test
 
@@ -34,6 +35,14 @@ demo: $(HUB)/.built
 sglang-env:
 	bash scripts/sglang-cpu/setup.sh $(SGLANG_VENV)
 
+# The sglang release wheels the conformance tier reads (scripts/sglang-cpu/wheels.lock: pip download
+# --no-deps, each checked against its sha256; cached, so a no-op when unchanged).
+sglang-wheels: $(SGLANG_WHEELS)/.verified
+
+$(SGLANG_WHEELS)/.verified: scripts/sglang-cpu/wheels.lock scripts/sglang-cpu/wheels.py
+	$(PYTHON) scripts/sglang-cpu/wheels.py $(SGLANG_WHEELS)
+	touch $@
+
 # OpenSSH server (and nftables), Slurm (slurmctld, slurmd, the client commands) and MUNGE for the
 # integration tests (tests/integration/sshd.py, slurm.py): installed when missing and run as root.
 system-deps:
@@ -52,9 +61,16 @@ system-deps:
 typecheck: $(STAMP)
 	$(BIN)/python -m mypy
 
-test: $(STAMP) $(HUB)/.built sglang-env system-deps
+# ruff (configured in pyproject.toml): lint and format, on the package and its tests
+lint: $(STAMP)
+	$(BIN)/ruff check specctl tests
+	$(BIN)/ruff format --check specctl tests
+
+test: $(STAMP) $(HUB)/.built sglang-env sglang-wheels system-deps
+	$(MAKE) --no-print-directory lint
 	$(BIN)/python -m mypy
-	SPECCTL_SGLANG_PYTHON=$(SGLANG_VENV)/bin/python $(BIN)/python -m pytest -q -p no:cacheprovider
+	SPECCTL_SGLANG_PYTHON=$(SGLANG_VENV)/bin/python SPECCTL_SGLANG_WHEELS=$(SGLANG_WHEELS) \
+	  $(BIN)/python -m pytest -q -p no:cacheprovider
 
 # Unit tests only: no sglang environment needed.
 test-fast: $(STAMP) $(HUB)/.built

@@ -24,7 +24,9 @@ class GpuModel:
 GPUS: dict[str, GpuModel] = {
     g.key: g
     for g in (
-        GpuModel("rtx-pro-6000-blackwell", "NVIDIA RTX PRO 6000 Blackwell Server Edition", 95.6, "blackwell", "12.0", False),
+        GpuModel(
+            "rtx-pro-6000-blackwell", "NVIDIA RTX PRO 6000 Blackwell Server Edition", 95.6, "blackwell", "12.0", False
+        ),
         GpuModel("b200", "NVIDIA B200", 179.1, "blackwell", "10.0", True),
         GpuModel("b300", "NVIDIA B300", 268.0, "blackwell-ultra", "10.3", True),
         GpuModel("gb200", "NVIDIA GB200", 185.0, "blackwell", "10.0", True),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -15,8 +16,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # for examples.hub, the checkpoint builder shared with `make demo`
 
-from examples.hub import build_models  # noqa: E402
-from tests.hub_endpoint import HubEndpoint, HubRepo  # noqa: E402
+from examples.hub import build_models
+from tests.hub_endpoint import HubEndpoint, HubRepo
 
 
 @pytest.fixture(autouse=True)
@@ -30,6 +31,18 @@ def _pinned_env(monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPa
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.delenv("SPECCTL_DEBUG", raising=False)
     monkeypatch.delenv("SPECCTL_LEDGER", raising=False)
+
+
+@pytest.fixture(scope="session")
+def sglang_python() -> str:
+    """SPECCTL_SGLANG_PYTHON (`make test` sets it); a missing environment skips, or fails under CI=true."""
+    python = os.environ.get("SPECCTL_SGLANG_PYTHON", "")
+    if not python or not Path(python).exists():
+        message = "SPECCTL_SGLANG_PYTHON does not name the sglang CPU environment (make sglang-env)"
+        if os.environ.get("CI") == "true":
+            pytest.fail(message)
+        pytest.skip(message)
+    return python
 
 
 @pytest.fixture(scope="session")
@@ -86,8 +99,13 @@ def serve(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[Serve]:
         endpoint = HubEndpoint(repos, **kwargs).start()
         started.append(endpoint)
         url, cache = endpoint.url, tmp_path / "hf-cache"
-        for name, value in {"HF_ENDPOINT": url, "HF_HUB_OFFLINE": "0", "HF_HUB_DISABLE_XET": "1",
-                            "HF_HUB_CACHE": str(cache), "HF_HOME": str(tmp_path / "hf-home")}.items():
+        for name, value in {
+            "HF_ENDPOINT": url,
+            "HF_HUB_OFFLINE": "0",
+            "HF_HUB_DISABLE_XET": "1",
+            "HF_HUB_CACHE": str(cache),
+            "HF_HOME": str(tmp_path / "hf-home"),
+        }.items():
             monkeypatch.setenv(name, value)
         for name in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HF_OIDC_RESOURCE"):
             monkeypatch.delenv(name, raising=False)

@@ -44,7 +44,7 @@ import threading
 import time
 from collections import Counter
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from types import TracebackType
@@ -148,7 +148,9 @@ class HubEndpoint:
         # When set, the next file GET whose body is longer than this is cut after that many body bytes (the
         # connection is closed, as when a network drops mid-shard); it then resets itself to None.
         self.cut_after_bytes: int | None = None
-        self.cut_always = False  # with cut_after_bytes: cut every such body, not only the next one (a link that keeps dropping)
+        self.cut_always = (
+            False  # with cut_after_bytes: cut every such body, not only the next one (a link that keeps dropping)
+        )
         self.rate_bytes_per_s: float | None = None  # when set, file bodies are sent no faster (a slow uplink)
         self.log: list[Served] = []
         self._lock = threading.Lock()
@@ -165,8 +167,9 @@ class HubEndpoint:
         server.endpoint = self
         self._server = server
         self.url = f"http://{self.host}:{server.server_address[1]}"
-        self._thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05},
-                                        name="hub-endpoint", daemon=True)
+        self._thread = threading.Thread(
+            target=server.serve_forever, kwargs={"poll_interval": 0.05}, name="hub-endpoint", daemon=True
+        )
         self._thread.start()
         return self
 
@@ -183,8 +186,9 @@ class HubEndpoint:
     def __enter__(self) -> HubEndpoint:
         return self.start()
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         self.stop()
 
     # -- what tests look at --------------------------------------------------------------------------------------
@@ -207,8 +211,14 @@ class HubEndpoint:
     def file_gets(self, filename: str | None = None) -> list[Served]:
         """GET /resolve/ requests that sent a file body, optionally for one repo filename."""
         with self._lock:
-            return [s for s in self.log if s.method == "GET" and s.filename is not None and s.status in (200, 206)
-                    and (filename is None or s.filename == filename)]
+            return [
+                s
+                for s in self.log
+                if s.method == "GET"
+                and s.filename is not None
+                and s.status in (200, 206)
+                and (filename is None or s.filename == filename)
+            ]
 
     def clear(self) -> None:
         """Forget the request log."""
@@ -247,13 +257,13 @@ class _Handler(BaseHTTPRequestHandler):
     server_version = "hub-endpoint/1"
     timeout = 30  # idle keep-alive connections must not pin handler threads forever
 
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
+    def log_message(self, format: str, *args: Any) -> None:
         """Silence the per-request stderr line."""
 
-    def do_GET(self) -> None:  # noqa: N802 - stdlib naming
+    def do_GET(self) -> None:
         self._dispatch("GET")
 
-    def do_HEAD(self) -> None:  # noqa: N802 - stdlib naming
+    def do_HEAD(self) -> None:
         self._dispatch("HEAD")
 
     @property
@@ -268,8 +278,14 @@ class _Handler(BaseHTTPRequestHandler):
             served.filename = unquote(match["file"])
             self._resolve(served, unquote(match["repo"]), unquote(match["rev"]))
         elif match := _API_RE.fullmatch(split.path):
-            self._api(served, unquote(match["repo"]), match["kind"], unquote(match["rev"] or "main"),
-                      unquote(match["sub"] or ""), parse_qs(split.query))
+            self._api(
+                served,
+                unquote(match["repo"]),
+                match["kind"],
+                unquote(match["rev"] or "main"),
+                unquote(match["sub"] or ""),
+                parse_qs(split.query),
+            )
         else:
             self._error(served, 404, None, f"no route for {split.path}")
 
@@ -287,8 +303,9 @@ class _Handler(BaseHTTPRequestHandler):
             return repo
         return None
 
-    def _api(self, served: Served, repo_id: str, kind: str | None, revision: str, sub: str,
-             query: dict[str, list[str]]) -> None:
+    def _api(
+        self, served: Served, repo_id: str, kind: str | None, revision: str, sub: str, query: dict[str, list[str]]
+    ) -> None:
         repo = self._repo(served, repo_id, revision)
         if repo is None:
             return
@@ -312,12 +329,21 @@ class _Handler(BaseHTTPRequestHandler):
         if repo.gated:
             auth = self.headers.get("Authorization")
             if auth is None:
-                self._error(served, 401, "GatedRepo", f"Access to model {repo_id} is restricted. You must have "
-                            "access to it and be authenticated to access it. Please log in.")
+                self._error(
+                    served,
+                    401,
+                    "GatedRepo",
+                    f"Access to model {repo_id} is restricted. You must have "
+                    "access to it and be authenticated to access it. Please log in.",
+                )
                 return
             if auth != f"Bearer {self.hub.token}":
-                self._error(served, 403, "GatedRepo", f"Access to model {repo_id} is restricted and you are not "
-                            "in the authorized list.")
+                self._error(
+                    served,
+                    403,
+                    "GatedRepo",
+                    f"Access to model {repo_id} is restricted and you are not in the authorized list.",
+                )
                 return
         assert served.filename is not None
         path = repo.files.get(served.filename)
@@ -343,8 +369,13 @@ class _Handler(BaseHTTPRequestHandler):
                 return
             start, end = wanted
         length = max(end - start + 1, 0)
-        headers = {"Content-Type": "application/octet-stream", "Content-Length": str(length),
-                   "Accept-Ranges": "bytes", "X-Repo-Commit": repo.commit, "ETag": f'"{blob.oid}"'}
+        headers = {
+            "Content-Type": "application/octet-stream",
+            "Content-Length": str(length),
+            "Accept-Ranges": "bytes",
+            "X-Repo-Commit": repo.commit,
+            "ETag": f'"{blob.oid}"',
+        }
         if blob.lfs:
             headers |= {"X-Linked-Etag": f'"{blob.sha256}"', "X-Linked-Size": str(blob.size)}
         if status == 206:
@@ -415,12 +446,23 @@ def _model_info(repo_id: str, repo: HubRepo, blobs: bool) -> dict[str, Any]:
             if blob.lfs:
                 sibling["lfs"] = {"sha256": blob.sha256, "size": blob.size, "pointerSize": LFS_POINTER_SIZE}
         siblings.append(sibling)
-    modified = datetime.fromtimestamp(newest, timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.000Z")
-    return {"_id": hashlib.sha1(repo_id.encode()).hexdigest()[:24], "id": repo_id, "modelId": repo_id,
-            "author": repo_id.split("/")[0] if "/" in repo_id else None, "sha": repo.commit,
-            "lastModified": modified, "createdAt": modified, "private": False,
-            "gated": "manual" if repo.gated else False, "disabled": False, "downloads": 0, "likes": 0, "tags": [],
-            "siblings": siblings}
+    modified = datetime.fromtimestamp(newest, UTC).strftime("%Y-%m-%dT%H:%M:%S.000Z")
+    return {
+        "_id": hashlib.sha1(repo_id.encode()).hexdigest()[:24],
+        "id": repo_id,
+        "modelId": repo_id,
+        "author": repo_id.split("/")[0] if "/" in repo_id else None,
+        "sha": repo.commit,
+        "lastModified": modified,
+        "createdAt": modified,
+        "private": False,
+        "gated": "manual" if repo.gated else False,
+        "disabled": False,
+        "downloads": 0,
+        "likes": 0,
+        "tags": [],
+        "siblings": siblings,
+    }
 
 
 def _tree(repo: HubRepo, sub: str, recursive: bool) -> list[dict[str, Any]] | None:
@@ -431,7 +473,7 @@ def _tree(repo: HubRepo, sub: str, recursive: bool) -> list[dict[str, Any]] | No
     for name, path in sorted(repo.files.items()):
         if not name.startswith(prefix):
             continue
-        parts = name[len(prefix):].split("/")
+        parts = name[len(prefix) :].split("/")
         for depth in range(1, len(parts) if recursive else min(len(parts), 2)):
             folders.add(prefix + "/".join(parts[:depth]))
         if recursive or len(parts) == 1:
@@ -442,6 +484,8 @@ def _tree(repo: HubRepo, sub: str, recursive: bool) -> list[dict[str, Any]] | No
             files.append(entry)
     if sub and not files and not folders:
         return None
-    dirs = [{"type": "directory", "oid": hashlib.sha1(f"{repo.commit}/{d}".encode()).hexdigest(), "size": 0,
-             "path": d} for d in sorted(folders)]
+    dirs = [
+        {"type": "directory", "oid": hashlib.sha1(f"{repo.commit}/{d}".encode()).hexdigest(), "size": 0, "path": d}
+        for d in sorted(folders)
+    ]
     return dirs + files

@@ -38,7 +38,16 @@ def test_demo_json_tells_the_whole_story(cli: Any, tmp_path: Path) -> None:
     assert result.code == 0, result.stdout + result.stderr
     data = result.json()
     steps = {s["step"]: s for s in data["steps"]}
-    assert [s["step"] for s in data["steps"]] == ["check-v1", "deploy-v1", "baseline", "deploy-v2", "runs", "diff", "check-v2", "stop"]
+    assert [s["step"] for s in data["steps"]] == [
+        "check-v1",
+        "deploy-v1",
+        "baseline",
+        "deploy-v2",
+        "runs",
+        "diff",
+        "check-v2",
+        "stop",
+    ]
     assert data["as_expected"] is True
 
     # v1 through the real deploy: verified on the accept-length gate, known-good
@@ -57,8 +66,12 @@ def test_demo_json_tells_the_whole_story(cli: Any, tmp_path: Path) -> None:
 
     # the ledger: deploy, baseline, deploy (failed), rollback (its parent the failed deploy)
     runs = steps["runs"]["runs"]
-    assert [(r["kind"], r["status"]) for r in runs] == [("deploy", "succeeded"), ("baseline", "succeeded"),
-                                                        ("deploy", "failed"), ("rollback", "succeeded")]
+    assert [(r["kind"], r["status"]) for r in runs] == [
+        ("deploy", "succeeded"),
+        ("baseline", "succeeded"),
+        ("deploy", "failed"),
+        ("rollback", "succeeded"),
+    ]
     assert runs[3]["parent"] == runs[2]["id"] and runs[0]["id"] == v1["release"]
     diff = steps["diff"]
     assert (diff["a"], diff["b"]) == (runs[0]["id"], runs[2]["id"])
@@ -80,18 +93,33 @@ def test_demo_json_tells_the_whole_story(cli: Any, tmp_path: Path) -> None:
     inventory = yaml.safe_load((work / "hosts.yaml").read_text())
     assert inventory["hosts"]["local"]["root"] == str(work / "hosts" / "local")
     ledger = str(work / "ledger.db")
-    assert all(f"--ledger {ledger}" in line for line in data["next"] if line.split()[1] in ("runs", "show", "diff", "deploy", "verify"))
-    assert all(f"--inventory {work / 'hosts.yaml'}" in line for line in data["next"] if line.split()[1] in ("deploy", "status", "logs", "stop"))
+    assert all(
+        f"--ledger {ledger}" in line
+        for line in data["next"]
+        if line.split()[1] in ("runs", "show", "diff", "deploy", "verify")
+    )
+    assert all(
+        f"--inventory {work / 'hosts.yaml'}" in line
+        for line in data["next"]
+        if line.split()[1] in ("deploy", "status", "logs", "stop")
+    )
     # ... and they work: the short ids the demo prints are accepted back
     show_line = next(line for line in data["next"] if line.split()[1] == "show")
     shown = cli("--json", *show_line.split()[1:])
     assert shown.code == 0 and shown.json()["id"] == runs[2]["id"]
-    status = cli("--json", "status", str(work / "profiles" / "tiny-llama-v1.yaml"), "--inventory", str(work / "hosts.yaml"))
-    assert status.code == 0 and status.json()["hosts"][0]["current"] == v1["release"] and not status.json()["hosts"][0]["running"]
+    status = cli(
+        "--json", "status", str(work / "profiles" / "tiny-llama-v1.yaml"), "--inventory", str(work / "hosts.yaml")
+    )
+    assert (
+        status.code == 0
+        and status.json()["hosts"][0]["current"] == v1["release"]
+        and not status.json()["hosts"][0]["running"]
+    )
 
 
-def test_demo_for_people_at_80_columns_starts_a_previous_demo_afresh(cli: Any, tmp_path: Path,
-                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+def test_demo_for_people_at_80_columns_starts_a_previous_demo_afresh(
+    cli: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("COLUMNS", "80")
     port, work = free_port(), tmp_path / "work"
     work.mkdir()
@@ -100,8 +128,15 @@ def test_demo_for_people_at_80_columns_starts_a_previous_demo_afresh(cli: Any, t
     result = cli("demo", "--workdir", str(work), "--port", str(port))
     assert result.code == 0, result.stdout + result.stderr
     out = result.stdout
-    for command in ("$ specctl check", "$ specctl deploy", "$ specctl baseline", "--skip-check", "$ specctl runs",
-                    "$ specctl diff", "$ specctl stop"):
+    for command in (
+        "$ specctl check",
+        "$ specctl deploy",
+        "$ specctl baseline",
+        "--skip-check",
+        "$ specctl runs",
+        "$ specctl diff",
+        "$ specctl stop",
+    ):
         assert command in out, command
     assert "rolled back to" in out and "capture-mismatch" in out and "drafter.layer_ids" in out
     assert "v2: wrong layers [-1, 1, 3]" in out and "speedup" in out
@@ -113,8 +148,9 @@ def test_demo_for_people_at_80_columns_starts_a_previous_demo_afresh(cli: Any, t
     assert table.code == 0 and "…" not in table.stdout and all(len(line) <= 80 for line in table.stdout.splitlines())
 
 
-def test_without_torch_the_demo_says_how_to_get_it_before_starting(cli: Any, tmp_path: Path,
-                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+def test_without_torch_the_demo_says_how_to_get_it_before_starting(
+    cli: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     import importlib.util
 
     real = importlib.util.find_spec

@@ -5,8 +5,16 @@ import specctl
 
 def test_all_is_pinned() -> None:
     assert specctl.__all__ == [
-        "CheckpointMeta", "DrafterManifest", "Finding", "Plan", "Profile", "SpecctlError", "__version__",
-        "load_manifest", "load_profile", "read_checkpoint",
+        "CheckpointMeta",
+        "DrafterManifest",
+        "Finding",
+        "Plan",
+        "Profile",
+        "SpecctlError",
+        "__version__",
+        "load_manifest",
+        "load_profile",
+        "read_checkpoint",
     ]
 
 

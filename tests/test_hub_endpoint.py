@@ -18,9 +18,12 @@ from tests.hub_endpoint import HubRepo
 REPO = "acme/tiny-llm"
 COMMIT = hashlib.sha1(b"tiny-llm@1").hexdigest()
 SHARDS = ["model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"]
-TENSORS = [("model.embed_tokens.weight", "BF16", (128, 64)), ("model.layers.0.mlp.up_proj.weight", "F32", (64, 96)),
-           ("model.layers.0.mlp.down_proj.weight", "F32", (96, 64)), ("lm_head.weight", "BF16", (128, 64))]
-
+TENSORS = [
+    ("model.embed_tokens.weight", "BF16", (128, 64)),
+    ("model.layers.0.mlp.up_proj.weight", "F32", (64, 96)),
+    ("model.layers.0.mlp.down_proj.weight", "F32", (96, 64)),
+    ("lm_head.weight", "BF16", (128, 64)),
+]
 
 
 def fill(path: Path, data_size: int, seed: int) -> Path:
@@ -33,15 +36,18 @@ def fill(path: Path, data_size: int, seed: int) -> Path:
 
 def checkpoint(root: Path) -> dict[str, Path]:
     """config.json, two random-filled shards, their index and a README, as repo filename -> local path."""
-    write_checkpoint(root, {"architectures": ["LlamaForCausalLM"], "hidden_size": 64}, TENSORS, shards=2,
-                     extra_files={"README.md": "# tiny\n"})
+    write_checkpoint(
+        root,
+        {"architectures": ["LlamaForCausalLM"], "hidden_size": 64},
+        TENSORS,
+        shards=2,
+        extra_files={"README.md": "# tiny\n"},
+    )
     for seed, shard in enumerate(SHARDS):
         with (root / shard).open("rb") as handle:
             header_len = int.from_bytes(handle.read(8), "little")
         fill(root / shard, (root / shard).stat().st_size - 8 - header_len, seed)
     return {p.name: p for p in root.iterdir()}
-
-
 
 
 @pytest.fixture
@@ -175,8 +181,9 @@ def test_gated_repo_needs_the_token(serve: Serve, files: dict[str, Path]) -> Non
     assert sorted(p.name for p in folder.glob("*.safetensors")) == SHARDS
 
 
-def test_client_stays_off_xet_even_when_available(serve: Serve, files: dict[str, Path],
-                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+def test_client_stays_off_xet_even_when_available(
+    serve: Serve, files: dict[str, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
     from huggingface_hub import constants, get_hf_file_metadata, hf_hub_url, snapshot_download
     from huggingface_hub.utils._runtime import is_xet_available
 

@@ -14,7 +14,9 @@ PROBE = """
 import sys
 from specctl.cli.app import main
 code = main(sys.argv[1:])
-heavy = sorted(m for m in sys.modules if m.split('.')[0] in {'torch', 'paramiko', 'fabric', 'invoke', 'httpx', 'sqlite3', 'huggingface_hub', 'safetensors'})
+heavy = sorted(m for m in sys.modules if m.split('.')[0] in {
+    'torch', 'paramiko', 'fabric', 'invoke', 'httpx', 'sqlite3', 'huggingface_hub', 'safetensors',
+})
 print('MODULES=' + __import__('json').dumps(heavy), file=sys.stderr)
 sys.exit(code)
 """
@@ -22,6 +24,7 @@ sys.exit(code)
 
 def loaded(*args: str, env: dict[str, str]) -> list[str]:
     result = subprocess.run([sys.executable, "-c", PROBE, *args], capture_output=True, text=True, env=env, cwd=ROOT)
+    assert result.returncode == 0, (args, result.stdout[-2000:], result.stderr[-2000:])
     line = next(x for x in result.stderr.splitlines() if x.startswith("MODULES="))
     return list(json.loads(line.removeprefix("MODULES=")))
 

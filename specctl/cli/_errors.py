@@ -17,7 +17,12 @@ BUG_EXIT_CODE = 70  # EX_SOFTWARE: specctl itself failed
 
 def error_data(exc: SpecctlError) -> dict[str, Any]:
     """The error as JSON-ready data (what --json prints)."""
-    data: dict[str, Any] = {"type": type(exc).__name__, "message": exc.message, "fix": exc.fix, "exit_code": exc.exit_code}
+    data: dict[str, Any] = {
+        "type": type(exc).__name__,
+        "message": exc.message,
+        "fix": exc.fix,
+        "exit_code": exc.exit_code,
+    }
     if isinstance(exc, DocumentError):
         data["problems"] = [p.__dict__ for p in exc.problems]
     if isinstance(exc, CheckpointError):
@@ -28,10 +33,10 @@ def error_data(exc: SpecctlError) -> dict[str, Any]:
         data["host"] = exc.host
     if isinstance(exc, LedgerError):
         data["path"] = exc.path
-    if getattr(exc, "log", None):
-        data["log_tail"] = list(getattr(exc, "log"))
-    if getattr(exc, "__notes__", None):
-        data["notes"] = list(getattr(exc, "__notes__"))
+    if log := getattr(exc, "log", None):  # only some host errors carry a server log's tail
+        data["log_tail"] = list(log)
+    if notes := getattr(exc, "__notes__", None):
+        data["notes"] = list(notes)
     return data
 
 
@@ -40,7 +45,9 @@ def report(exc: BaseException, output: Output) -> int:
     if not isinstance(exc, SpecctlError):
         if os.environ.get("SPECCTL_DEBUG") == "1":
             traceback.print_exception(exc, file=output.stderr)
-        output.err.print(f"[bold red]internal error[/] (a bug in specctl): {escape(type(exc).__name__)}: {escape(str(exc))}")
+        output.err.print(
+            f"[bold red]internal error[/] (a bug in specctl): {escape(type(exc).__name__)}: {escape(str(exc))}"
+        )
         output.err.print("  run again with SPECCTL_DEBUG=1 for the traceback, and report it")
         return BUG_EXIT_CODE
     if os.environ.get("SPECCTL_DEBUG") == "1":

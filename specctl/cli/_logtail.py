@@ -15,8 +15,10 @@ from specctl.hosts.transport import Transport
 # next read starts where this one ended even while the server writes.
 _FIRST = 'size=$(wc -c <"$1") && printf "%s\\n" "$size" && head -c "$size" "$1" | tail -n "$2"'
 # $1 = file, $2 = offset. The size first, then the bytes from the offset up to that size.
-_NEXT = ('size=$(wc -c <"$1") && printf "%s\\n" "$size" && '
-         'if [ "$size" -gt "$2" ]; then tail -c +"$(($2 + 1))" "$1" | head -c "$((size - $2))"; fi')
+_NEXT = (
+    'size=$(wc -c <"$1") && printf "%s\\n" "$size" && '
+    'if [ "$size" -gt "$2" ]; then tail -c +"$(($2 + 1))" "$1" | head -c "$((size - $2))"; fi'
+)
 
 
 @dataclass

@@ -3,11 +3,10 @@
 
 from __future__ import annotations
 
+import importlib
 import os
 import sys
 from typing import IO, Annotated
-
-import importlib
 
 import typer
 
@@ -16,13 +15,24 @@ from specctl.cli._output import Output
 # the module that registers each command: a command line that names one builds only that module's
 # commands (typer builds every parameter of every command it is given; half the cold start)
 COMMAND_MODULES = {
-    "validate": "profiles", "check": "profiles", "render": "profiles",
+    "validate": "profiles",
+    "check": "profiles",
+    "render": "profiles",
     "demo": "demo",
-    "hosts": "hosts_cmds", "deploy": "hosts_cmds", "status": "hosts_cmds", "logs": "hosts_cmds", "stop": "hosts_cmds",
-    "unlock": "hosts_cmds", "stage": "hosts_cmds",
-    "verify": "verify_cmds", "baseline": "verify_cmds", "rollback": "verify_cmds",
+    "hosts": "hosts_cmds",
+    "deploy": "hosts_cmds",
+    "status": "hosts_cmds",
+    "logs": "hosts_cmds",
+    "stop": "hosts_cmds",
+    "unlock": "hosts_cmds",
+    "stage": "hosts_cmds",
+    "verify": "verify_cmds",
+    "baseline": "verify_cmds",
+    "rollback": "verify_cmds",
     "tune": "tune_cmds",
-    "runs": "runs_cmds", "show": "runs_cmds", "diff": "runs_cmds",
+    "runs": "runs_cmds",
+    "show": "runs_cmds",
+    "diff": "runs_cmds",
     "manifest": "manifest",
 }
 _ROOT_VALUE_OPTIONS = frozenset({"--inventory", "-i", "--ssh-config", "--ledger"})
@@ -47,12 +57,22 @@ def _version(ctx: typer.Context, value: bool) -> None:
 
 def _root(
     ctx: typer.Context,
-    json_mode: Annotated[bool, typer.Option("--json", help="Machine-readable JSON on stdout, for every command.")] = False,
+    json_mode: Annotated[
+        bool, typer.Option("--json", help="Machine-readable JSON on stdout, for every command.")
+    ] = False,
     # the same options every command takes, given once before it: the command's own value wins
-    inventory: Annotated[str | None, typer.Option("--inventory", "-i", help="Inventory file, for every command that reaches hosts.")] = None,
-    ssh_config: Annotated[str | None, typer.Option("--ssh-config", help="ssh_config, for every command that reaches hosts.")] = None,
-    ledger: Annotated[str | None, typer.Option("--ledger", help="Ledger file, for every command that reads or writes it.")] = None,
-    version: Annotated[bool, typer.Option("--version", is_eager=True, callback=_version, help="Print the version and exit.")] = False,
+    inventory: Annotated[
+        str | None, typer.Option("--inventory", "-i", help="Inventory file, for every command that reaches hosts.")
+    ] = None,
+    ssh_config: Annotated[
+        str | None, typer.Option("--ssh-config", help="ssh_config, for every command that reaches hosts.")
+    ] = None,
+    ledger: Annotated[
+        str | None, typer.Option("--ledger", help="Ledger file, for every command that reads or writes it.")
+    ] = None,
+    version: Annotated[
+        bool, typer.Option("--version", is_eager=True, callback=_version, help="Print the version and exit.")
+    ] = False,
 ) -> None:
     if not isinstance(ctx.obj, Output):
         ctx.obj = Output()

@@ -22,9 +22,15 @@ def _lines(points: list[dict[str, Any]]) -> list[tuple[str, str]]:
     """(key, label) of every series to chart: accept length and output throughput, then, for runs
     that measured several operating points, output throughput and speedup at each."""
     at = sorted({int(k.rsplit("@", 1)[1]) for p in points for k in p if "@" in k})
-    return [("accept_length", "accept length"), ("output_tokens_per_s", "output tok/s"),
-            *((f"{key}@{c}", f"{label} @{c}") for c in at for key, label in (("output_tokens_per_s", "output tok/s"),
-                                                                            ("speedup", "speedup")))]
+    return [
+        ("accept_length", "accept length"),
+        ("output_tokens_per_s", "output tok/s"),
+        *(
+            (f"{key}@{c}", f"{label} @{c}")
+            for c in at
+            for key, label in (("output_tokens_per_s", "output tok/s"), ("speedup", "speedup"))
+        ),
+    ]
 
 
 def terminal_chart(series: dict[str, list[dict[str, Any]]]) -> str:
@@ -36,16 +42,21 @@ def terminal_chart(series: dict[str, list[dict[str, Any]]]) -> str:
             values = [p.get(key) for p in points]
             known = [v for v in values if v is not None]
             rng = f"{min(known):.3g} .. {max(known):.3g}" if known else "-"
-            lines.append(f"{profile:<24} {label:<18} {_spark(values)}  ({rng}; {len(points)} runs, "
-                         f"v{points[0]['version']} .. v{points[-1]['version']})")
+            lines.append(
+                f"{profile:<24} {label:<18} {_spark(values)}  ({rng}; {len(points)} runs, "
+                f"v{points[0]['version']} .. v{points[-1]['version']})"
+            )
     return "\n".join(lines)
 
 
 def html_report(series: dict[str, list[dict[str, Any]]], tunes: Sequence[Mapping[str, Any]] = ()) -> str:
     """A standalone HTML page: one SVG line chart per profile and metric, no scripts, no downloads;
     then, for each tune run given (its `tune --json` data), its candidates and heat map."""
-    parts = ["<!doctype html><meta charset='utf-8'><title>specctl runs</title>", _STYLE,
-             "<h1>specctl: accept length and throughput over time</h1>"]
+    parts = [
+        "<!doctype html><meta charset='utf-8'><title>specctl runs</title>",
+        _STYLE,
+        "<h1>specctl: accept length and throughput over time</h1>",
+    ]
     for profile, points in series.items():
         parts.append(f"<h2>{html.escape(profile)}</h2>")
         for key, label in _lines(points):
@@ -54,13 +65,19 @@ def html_report(series: dict[str, list[dict[str, Any]]], tunes: Sequence[Mapping
     return "\n".join(parts) + "\n"
 
 
-_STYLE = ("<style>body{font-family:sans-serif;margin:2em}svg{border:1px solid #ccc;margin:0 1em 1em 0}"
-          "table{border-collapse:collapse;margin:0 0 1em}td,th{border:1px solid #ccc;padding:.3em .6em;text-align:right}</style>")
+_STYLE = (
+    "<style>body{font-family:sans-serif;margin:2em}svg{border:1px solid #ccc;margin:0 1em 1em 0}"
+    "table{border-collapse:collapse;margin:0 0 1em}"
+    "td,th{border:1px solid #ccc;padding:.3em .6em;text-align:right}</style>"
+)
 
 
 def tune_report(tune: Mapping[str, Any]) -> str:
     """A standalone HTML page of one tune run (`specctl tune --html`)."""
-    return "\n".join(["<!doctype html><meta charset='utf-8'><title>specctl tune</title>", _STYLE, tune_section(tune)]) + "\n"
+    return (
+        "\n".join(["<!doctype html><meta charset='utf-8'><title>specctl tune</title>", _STYLE, tune_section(tune)])
+        + "\n"
+    )
 
 
 def tune_section(tune: Mapping[str, Any]) -> str:
@@ -72,25 +89,47 @@ def tune_section(tune: Mapping[str, Any]) -> str:
     rows = []
     for c in tune["candidates"]:
         iv = c.get("interval") or {}
-        outcome = "winner" if c["winner"] else f"failed: {c['failed']}" if c["failed"] else "eliminated" if c["eliminated"] else "kept"
-        rows.append(f"<tr><th>{e(c['key'])}{' (current)' if c['incumbent'] else ''}</th><td>{_fmt(c.get('estimate'))}</td>"
-                    f"<td>[{_fmt(iv.get('low'))}, {_fmt(iv.get('high'))}]</td><td>{c['requests']}</td><td>{e(outcome)}</td></tr>")
+        outcome = (
+            "winner"
+            if c["winner"]
+            else f"failed: {c['failed']}"
+            if c["failed"]
+            else "eliminated"
+            if c["eliminated"]
+            else "kept"
+        )
+        rows.append(
+            f"<tr><th>{e(c['key'])}{' (current)' if c['incumbent'] else ''}</th><td>{_fmt(c.get('estimate'))}</td>"
+            f"<td>[{_fmt(iv.get('low'))}, {_fmt(iv.get('high'))}]</td>"
+            f"<td>{c['requests']}</td><td>{e(outcome)}</td></tr>"
+        )
     heat = tune["heat_map"]
     values = [v for row in heat["cells"] for v in row if v is not None]
     low, high = (min(values), max(values)) if values else (0.0, 1.0)
     cells = []
     for steps, row in zip(heat["row_values"], heat["cells"], strict=True):
-        tds = "".join("<td>-</td>" if v is None else
-                      f"<td style='background:rgba(30,140,60,{0.15 + 0.85 * (v - low) / ((high - low) or 1.0):.2f})'>{_fmt(v)}</td>"
-                      for v in row)
+        tds = "".join(
+            "<td>-</td>"
+            if v is None
+            else f"<td style='background:rgba(30,140,60,{0.15 + 0.85 * (v - low) / ((high - low) or 1.0):.2f})'>"
+            f"{_fmt(v)}</td>"
+            for v in row
+        )
         cells.append(f"<tr><th>{e(str(steps))}</th>{tds}</tr>")
     head = "".join(f"<th>{e(str(c))}</th>" for c in heat["column_values"])
-    return "\n".join([
-        f"<h2>tune {e(str(tune['profile']))} v{tune['version']} on {e(str(tune['host']))} (run {e(str(tune['run']))})</h2>",
-        f"<p>{e(metric)}; {tune['requests']} requests (every candidate to the planned count: {tune['exhaustive_requests']}); "
-        f"{e(str(tune.get('level_note', '')))}</p>",
-        f"<table><tr><th>candidate</th><th>{e(metric)}</th><th>interval</th><th>requests</th><th>result</th></tr>{''.join(rows)}</table>",
-        f"<table aria-label='heat map'><tr><th>num_steps \\ {e(str(heat['columns']))}</th>{head}</tr>{''.join(cells)}</table>"])
+    return "\n".join(
+        [
+            f"<h2>tune {e(str(tune['profile']))} v{tune['version']} on {e(str(tune['host']))} "
+            f"(run {e(str(tune['run']))})</h2>",
+            f"<p>{e(metric)}; {tune['requests']} requests "
+            f"(every candidate to the planned count: {tune['exhaustive_requests']}); "
+            f"{e(str(tune.get('level_note', '')))}</p>",
+            f"<table><tr><th>candidate</th><th>{e(metric)}</th><th>interval</th><th>requests</th><th>result</th></tr>"
+            f"{''.join(rows)}</table>",
+            f"<table aria-label='heat map'><tr><th>num_steps \\ {e(str(heat['columns']))}</th>{head}</tr>"
+            f"{''.join(cells)}</table>",
+        ]
+    )
 
 
 def _fmt(value: object) -> str:
@@ -105,11 +144,18 @@ def _svg(label: str, points: list[tuple[str, int, float | None]]) -> str:
     low, high = min(known), max(known)
     span = (high - low) or 1.0
     step = (width - 2 * pad) / max(1, len(points) - 1)
-    xy = [(pad + i * step, height - pad - (v - low) / span * (height - 2 * pad), run, version, v)
-          for i, (run, version, v) in enumerate(points) if v is not None]
+    xy = [
+        (pad + i * step, height - pad - (v - low) / span * (height - 2 * pad), run, version, v)
+        for i, (run, version, v) in enumerate(points)
+        if v is not None
+    ]
     path = " ".join(f"{x:.1f},{y:.1f}" for x, y, *_ in xy)
-    dots = "".join(f"<circle cx='{x:.1f}' cy='{y:.1f}' r='4'><title>{html.escape(run)} v{version}: {v:.4g}</title></circle>"
-                   for x, y, run, version, v in xy)
-    return (f"<svg width='{width}' height='{height}' role='img' aria-label='{html.escape(label)}'>"
-            f"<text x='{pad}' y='18'>{html.escape(label)} ({low:.3g} .. {high:.3g})</text>"
-            f"<polyline fill='none' stroke='#36c' stroke-width='2' points='{path}'/>{dots}</svg>")
+    dots = "".join(
+        f"<circle cx='{x:.1f}' cy='{y:.1f}' r='4'><title>{html.escape(run)} v{version}: {v:.4g}</title></circle>"
+        for x, y, run, version, v in xy
+    )
+    return (
+        f"<svg width='{width}' height='{height}' role='img' aria-label='{html.escape(label)}'>"
+        f"<text x='{pad}' y='18'>{html.escape(label)} ({low:.3g} .. {high:.3g})</text>"
+        f"<polyline fill='none' stroke='#36c' stroke-width='2' points='{path}'/>{dots}</svg>"
+    )

@@ -23,9 +23,16 @@ def register(app: typer.Typer) -> None:
 
 def demo(
     ctx: typer.Context,
-    workdir: Annotated[Path | None, typer.Option("--workdir", help="Where profiles, inventory, releases and ledger go (default: a data directory).")] = None,
+    workdir: Annotated[
+        Path | None,
+        typer.Option(
+            "--workdir", help="Where profiles, inventory, releases and ledger go (default: a data directory)."
+        ),
+    ] = None,
     port: Annotated[int, typer.Option("--port", help="Port of the local server.")] = 31000,
-    requests: Annotated[int, typer.Option("--requests", min=8, help="Most requests per verify (it stops once the gate is decided).")] = 24,
+    requests: Annotated[
+        int, typer.Option("--requests", min=8, help="Most requests per verify (it stops once the gate is decided).")
+    ] = 24,
     json_mode: JsonOpt = False,
 ) -> None:
     """Deploy v1 of a profile for the tiny models here (verified, known-good), measure the baseline,
@@ -41,7 +48,9 @@ def demo(
     where = workdir or data_dir() / "demo"
     status = Status("starting", console=output.err)
     if not output.json_mode:
-        output.hint(f"work directory {where}: profiles/, manifests/, hosts.yaml, ledger.db and the local host's releases")
+        output.hint(
+            f"work directory {where}: profiles/, manifests/, hosts.yaml, ledger.db and the local host's releases"
+        )
         status.start()
 
     def shown(step: Step) -> None:
@@ -53,8 +62,14 @@ def demo(
 
     try:
         with on_signals() as cancel:
-            result = run_demo(where, port=port, requests=requests, cancel=cancel, on_step=shown,
-                              progress=lambda host, stage: status.update(f"{host}: {stage}"))
+            result = run_demo(
+                where,
+                port=port,
+                requests=requests,
+                cancel=cancel,
+                on_step=shown,
+                progress=lambda host, stage: status.update(f"{host}: {stage}"),
+            )
     finally:
         status.stop()
     if output.json_mode:
@@ -64,8 +79,10 @@ def demo(
         output.out.print("\nnext, in the work directory the demo left (nothing runs now):")
         output.raw("".join(f"  {line}\n" for line in result.next_commands))
     if not result.as_expected:
-        raise CheckFailed("the demo did not go as expected (v1 should pass its verify; v2 fail it and roll back to v1)",
-                          fix="the steps above show what each measured; on a loaded machine run it again")
+        raise CheckFailed(
+            "the demo did not go as expected (v1 should pass its verify; v2 fail it and roll back to v1)",
+            fix="the steps above show what each measured; on a loaded machine run it again",
+        )
 
 
 def _show(output: Output, step: Step) -> None:
@@ -99,8 +116,10 @@ def _view(step: Step, width: int) -> RenderableType:
         return views.runs_view(rows, title="runs", wide=False, width=width, now=datetime.now(UTC), short=short)
     if step.name == "diff":
         return views.diff_view(data["a"], data["b"], data)
-    lines = [f"{host}: " + (f"FAILED: {r}" if isinstance(r, str) else f"stopped {', '.join(r)}" if r else "nothing running")
-             for host, r in data["stopped"].items()]
+    lines = [
+        f"{host}: " + (f"FAILED: {r}" if isinstance(r, str) else f"stopped {', '.join(r)}" if r else "nothing running")
+        for host, r in data["stopped"].items()
+    ]
     return Text("\n".join(lines))
 
 
@@ -112,17 +131,30 @@ def _summary(result: DemoResult) -> RenderableType:
 
     from specctl.flows.demo import MIN_ACCEPT_LENGTH
 
-    table = Table(title="\nmeasured on the reference engine (CPU, this machine)", title_justify="left", box=None,
-                  pad_edge=False, header_style="bold")
+    table = Table(
+        title="\nmeasured on the reference engine (CPU, this machine)",
+        title_justify="left",
+        box=None,
+        pad_edge=False,
+        header_style="bold",
+    )
     for column in ("run", "accept len", "acceptance", "out tok/s", "speedup", "verify"):
         table.add_column(column, justify="left" if column in ("run", "verify") else "right")
     for row in result.summary.values():
-        table.add_row(row["label"], _fmt(row["accept_length"], "{:.2f}"), _fmt(row["acceptance_rate"], "{:.2f}"),
-                      _fmt(row["output_tokens_per_s"], "{:.0f}"), _fmt(row["speedup"], "{:.2f}x"),
-                      "-" if row["passed"] is None else "pass" if row["passed"] else "FAIL")
+        table.add_row(
+            row["label"],
+            _fmt(row["accept_length"], "{:.2f}"),
+            _fmt(row["acceptance_rate"], "{:.2f}"),
+            _fmt(row["output_tokens_per_s"], "{:.0f}"),
+            _fmt(row["speedup"], "{:.2f}x"),
+            "-" if row["passed"] is None else "pass" if row["passed"] else "FAIL",
+        )
     wrong = result.summary.get("v2", {})
-    note = (f"v2 failed verify (accept length gate {MIN_ACCEPT_LENGTH}) and the host rolled back to v1"
-            if wrong.get("rolled_back_to") else "")
+    note = (
+        f"v2 failed verify (accept length gate {MIN_ACCEPT_LENGTH}) and the host rolled back to v1"
+        if wrong.get("rolled_back_to")
+        else ""
+    )
     return Group(table, Text(note)) if note else table
 
 

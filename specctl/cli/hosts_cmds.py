@@ -29,8 +29,12 @@ from specctl.errors import CheckFailed, HostError
 
 ROLLED_BACK_EXIT = 4  # deployed, verify failed, rolled back
 FOLLOW_POLL_S = 1.0  # how often `logs -f` asks each host for what its log gained
-StageParallelOpt = Annotated[int, typer.Option("--stage-parallel", min=1,
-                                               help="Hosts downloading checkpoints at once (the Hub or your mirror is shared).")]
+StageParallelOpt = Annotated[
+    int,
+    typer.Option(
+        "--stage-parallel", min=1, help="Hosts downloading checkpoints at once (the Hub or your mirror is shared)."
+    ),
+]
 
 
 def register(app: typer.Typer) -> None:
@@ -40,10 +44,19 @@ def register(app: typer.Typer) -> None:
 
 def hosts(
     ctx: typer.Context,
-    names: Annotated[list[str] | None, typer.Argument(help="Hosts or groups (default: every inventory host).", show_default=False)] = None,
-    hosts_opt: HostsOpt = None, inventory: InventoryOpt = None, ssh_config: SshConfigOpt = None, accept_new_host_key: AcceptOpt = False,
-    check: Annotated[bool, typer.Option("--check", help="Connect and gather facts: GPUs, CUDA, Python, engine, disk, port.")] = False,
-    python: Annotated[str, typer.Option("--python", help="Interpreter to ask for Python and engine versions (default: the host's).")] = "",
+    names: Annotated[
+        list[str] | None, typer.Argument(help="Hosts or groups (default: every inventory host).", show_default=False)
+    ] = None,
+    hosts_opt: HostsOpt = None,
+    inventory: InventoryOpt = None,
+    ssh_config: SshConfigOpt = None,
+    accept_new_host_key: AcceptOpt = False,
+    check: Annotated[
+        bool, typer.Option("--check", help="Connect and gather facts: GPUs, CUDA, Python, engine, disk, port.")
+    ] = False,
+    python: Annotated[
+        str, typer.Option("--python", help="Interpreter to ask for Python and engine versions (default: the host's).")
+    ] = "",
     engine: Annotated[str, typer.Option("--engine", help="Engine whose version to report.")] = "sglang",
     port: Annotated[int, typer.Option("--port", help="Port to test.")] = 30000,
     json_mode: JsonOpt = False,
@@ -57,7 +70,10 @@ def hosts(
 
     output = command_output(ctx, json_mode)
     path = inventory_path(inventory)
-    names = [*(names or ()), *(h.strip() for h in (hosts_opt or "").split(",") if h.strip())]  # as arguments or as --hosts
+    names = [
+        *(names or ()),
+        *(h.strip() for h in (hosts_opt or "").split(",") if h.strip()),
+    ]  # as arguments or as --hosts
     if not names:
         from specctl.profile import load_document
         from specctl.profile.inventory import Inventory
@@ -67,29 +83,68 @@ def hosts(
     if not check:
         table = Table("host", "ssh", "root", "python", title="inventory", title_justify="left")
         for h in specs:
-            table.add_row(h.name, h.ssh_alias or (str(h.ssh_overrides.get("hostname")) if h.ssh_overrides else "local"), h.root, h.python or "-")
-        output.result({"hosts": [{"name": h.name, "ssh": h.ssh_alias, "root": h.root, "python": h.python} for h in specs]}, table)
+            table.add_row(
+                h.name,
+                h.ssh_alias or (str(h.ssh_overrides.get("hostname")) if h.ssh_overrides else "local"),
+                h.root,
+                h.python or "-",
+            )
+        output.result(
+            {"hosts": [{"name": h.name, "ssh": h.ssh_alias, "root": h.root, "python": h.python} for h in specs]}, table
+        )
         return
-    rows = servers.facts(servers.Reach(ssh_config, accept_new_host_key), specs, python=python, port=port,
-                         distribution=get_engine(engine).distribution())
-    table = Table("host", "reachable", "GPUs", "CUDA", "python", engine, "free disk", f"port {port}", title="hosts", title_justify="left")
+    rows = servers.facts(
+        servers.Reach(ssh_config, accept_new_host_key),
+        specs,
+        python=python,
+        port=port,
+        distribution=get_engine(engine).distribution(),
+    )
+    table = Table(
+        "host",
+        "reachable",
+        "GPUs",
+        "CUDA",
+        "python",
+        engine,
+        "free disk",
+        f"port {port}",
+        title="hosts",
+        title_justify="left",
+    )
     for r in rows:
         f = r.get("facts") or {}
         gpus = ", ".join(f"{g['name']} ({g['memory_mib']} MiB)" for g in f.get("gpus", ())) or "none"
-        table.add_row(r["host"], "yes" if r["reachable"] else f"NO: {r.get('error')}", gpus if f else "-", f.get("cuda") or "-",
-                      f.get("python") or "-", f.get("engine_version") or "-",
-                      f"{f['disk_free_gib']} GiB" if f.get("disk_free_gib") is not None else "-",
-                      {True: "free", False: "IN USE", None: "-"}[f.get("port_free")])
+        table.add_row(
+            r["host"],
+            "yes" if r["reachable"] else f"NO: {r.get('error')}",
+            gpus if f else "-",
+            f.get("cuda") or "-",
+            f.get("python") or "-",
+            f.get("engine_version") or "-",
+            f"{f['disk_free_gib']} GiB" if f.get("disk_free_gib") is not None else "-",
+            {True: "free", False: "IN USE", None: "-"}[f.get("port_free")],
+        )
     output.result({"hosts": rows}, table)
     if not all(r["reachable"] for r in rows):
         raise typer.Exit(HostError.exit_code)
 
 
 def stage(
-    ctx: typer.Context, profile: ProfileArg, hosts: HostsOpt = None, inventory: InventoryOpt = None, reason: ReasonOpt = None,
-    dry_run: Annotated[bool, typer.Option("--dry-run", help="Say what each host has and what it would fetch; fetch nothing.")] = False,
-    stage_parallel: StageParallelOpt = STAGE_PARALLEL, ledger: LedgerOpt = None,
-    ssh_config: SshConfigOpt = None, accept_new_host_key: AcceptOpt = False, json_mode: JsonOpt = False, offline: OfflineOpt = False,
+    ctx: typer.Context,
+    profile: ProfileArg,
+    hosts: HostsOpt = None,
+    inventory: InventoryOpt = None,
+    reason: ReasonOpt = None,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="Say what each host has and what it would fetch; fetch nothing.")
+    ] = False,
+    stage_parallel: StageParallelOpt = STAGE_PARALLEL,
+    ledger: LedgerOpt = None,
+    ssh_config: SshConfigOpt = None,
+    accept_new_host_key: AcceptOpt = False,
+    json_mode: JsonOpt = False,
+    offline: OfflineOpt = False,
 ) -> None:
     """Put the profile's Hugging Face checkpoints (target and drafter, at their pinned revisions) in
     each host's cache, with the engine's own Python; nothing running is touched. A deploy does the
@@ -104,16 +159,32 @@ def stage(
     report = static.check(profile, offline=offline)
     p = report.inputs.profile
     targets = target_hosts(p.hosts, hosts, inventory)
-    with recorded(output, ledger=ledger, reason=reason, secrets=p.secrets, ssh_config=ssh_config,
-                  accept_new_host_key=accept_new_host_key, stage_parallel=stage_parallel) as rc:
+    with recorded(
+        output,
+        ledger=ledger,
+        reason=reason,
+        secrets=p.secrets,
+        ssh_config=ssh_config,
+        accept_new_host_key=accept_new_host_key,
+        stage_parallel=stage_parallel,
+    ) as rc:
         reports = stage_hosts(rc, report, targets, dry_run=dry_run)
-    table = Table("host", "checkpoint", "state", title=f"{'stage plan' if dry_run else 'stage'}: {p.metadata.name}",
-                  title_justify="left")
+    table = Table(
+        "host",
+        "checkpoint",
+        "state",
+        title=f"{'stage plan' if dry_run else 'stage'}: {p.metadata.name}",
+        title_justify="left",
+    )
     for r in reports:
         if r.error:
             table.add_row(r.host, "-", f"FAILED: {r.error}")
         for s in r.staged:
-            table.add_row(r.host, s.repo, f"staged ({size_text(s.bytes)}" + (f", fetched {size_text(s.fetched)})" if s.fetched else ")"))
+            table.add_row(
+                r.host,
+                s.repo,
+                f"staged ({size_text(s.bytes)}" + (f", fetched {size_text(s.fetched)})" if s.fetched else ")"),
+            )
         for planned in r.planned:
             table.add_row(r.host, planned.repo, f"would fetch {size_text(planned.fetch)} of {size_text(planned.bytes)}")
         if r.ok and not r.staged and not r.planned:
@@ -124,20 +195,44 @@ def stage(
 
 
 def deploy(
-    ctx: typer.Context, profile: ProfileArg, hosts: HostsOpt = None, inventory: InventoryOpt = None,
+    ctx: typer.Context,
+    profile: ProfileArg,
+    hosts: HostsOpt = None,
+    inventory: InventoryOpt = None,
     reason: ReasonOpt = None,
-    dry_run: Annotated[bool, typer.Option("--dry-run", help="Show what would change on each host; change nothing.")] = False,
-    max_failures: Annotated[int, typer.Option("--max-failures", help="Hosts that may fail before the others roll back.")] = 0,
-    skip_check: Annotated[bool, typer.Option("--skip-check", help="Deploy even when static checks fail (recorded).")] = False,
-    startup_timeout: Annotated[float, typer.Option("--startup-timeout", help="Seconds a server may take to answer a generation.")] = STARTUP_BUDGET_S,
-    no_verify: Annotated[bool, typer.Option("--no-verify", help="Do not verify after the deploy (the run records no verdict).")] = False,
-    no_rollback: Annotated[bool, typer.Option("--no-rollback", help="Keep a release whose verify failed (exit 1 instead of 4).")] = False,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="Show what would change on each host; change nothing.")
+    ] = False,
+    max_failures: Annotated[
+        int, typer.Option("--max-failures", help="Hosts that may fail before the others roll back.")
+    ] = 0,
+    skip_check: Annotated[
+        bool, typer.Option("--skip-check", help="Deploy even when static checks fail (recorded).")
+    ] = False,
+    startup_timeout: Annotated[
+        float, typer.Option("--startup-timeout", help="Seconds a server may take to answer a generation.")
+    ] = STARTUP_BUDGET_S,
+    no_verify: Annotated[
+        bool, typer.Option("--no-verify", help="Do not verify after the deploy (the run records no verdict).")
+    ] = False,
+    no_rollback: Annotated[
+        bool, typer.Option("--no-rollback", help="Keep a release whose verify failed (exit 1 instead of 4).")
+    ] = False,
     baseline_mode: BaselineOpt = "auto",
     stage_parallel: StageParallelOpt = STAGE_PARALLEL,
-    no_stage: Annotated[bool, typer.Option("--no-stage", help="Do not stage Hub checkpoints first: the engine downloads "
-                                           "them when it starts, after the running server was stopped (a longer outage).")] = False,
+    no_stage: Annotated[
+        bool,
+        typer.Option(
+            "--no-stage",
+            help="Do not stage Hub checkpoints first: the engine downloads "
+            "them when it starts, after the running server was stopped (a longer outage).",
+        ),
+    ] = False,
     ledger: LedgerOpt = None,
-    ssh_config: SshConfigOpt = None, accept_new_host_key: AcceptOpt = False, json_mode: JsonOpt = False, offline: OfflineOpt = False,
+    ssh_config: SshConfigOpt = None,
+    accept_new_host_key: AcceptOpt = False,
+    json_mode: JsonOpt = False,
+    offline: OfflineOpt = False,
 ) -> None:
     """Check a profile, put it on its hosts (release directory, lock, stop, start, readiness, switch),
     verify it, and roll a host back by itself when its verify fails (exit 4)."""
@@ -152,13 +247,23 @@ def deploy(
     output = command_output(ctx, json_mode)
     mode = checked_mode(baseline_mode)
     # host paths this machine cannot see: read on every target host, refused when the hosts' copies differ
-    report = static.check(profile, offline=offline, on_hosts=ReadOnHosts(lambda p: target_hosts(p.hosts, hosts, inventory),
-                                                                         ssh_config, accept_new_host_key, every=True))
-    report = engines_as_judge(report, target_hosts(report.inputs.profile.hosts, hosts, inventory), ssh_config, accept_new_host_key)
+    report = static.check(
+        profile,
+        offline=offline,
+        on_hosts=ReadOnHosts(
+            lambda p: target_hosts(p.hosts, hosts, inventory), ssh_config, accept_new_host_key, every=True
+        ),
+    )
+    report = engines_as_judge(
+        report, target_hosts(report.inputs.profile.hosts, hosts, inventory), ssh_config, accept_new_host_key
+    )
     errors = [f for f in report.findings if f.severity.value == "error"]
     if errors and not skip_check:
         output.hint(findings_view(f"deploy refused: {profile}", errors))
-        raise CheckFailed(f"{len(errors)} check error(s); nothing deployed", fix=f"fix them (specctl check {profile}) or pass --skip-check")
+        raise CheckFailed(
+            f"{len(errors)} check error(s); nothing deployed",
+            fix=f"fix them (specctl check {profile}) or pass --skip-check",
+        )
     targets = target_hosts(report.inputs.profile.hosts, hosts, inventory)
     p = report.inputs.profile
     if dry_run:
@@ -166,15 +271,36 @@ def deploy(
 
         from specctl.release.staging import size_text
 
-        rows = servers.preview(servers.Reach(ssh_config, accept_new_host_key), report, targets,
-                               secrets_env={n: os.environ[n] for n in p.secrets if n in os.environ})
-        table = Table("host", "current", "stage", "drafter overlay", "launch", title=f"dry run: {p.metadata.name} v{p.metadata.version}",
-                      title_justify="left")
+        rows = servers.preview(
+            servers.Reach(ssh_config, accept_new_host_key),
+            report,
+            targets,
+            secrets_env={n: os.environ[n] for n in p.secrets if n in os.environ},
+        )
+        table = Table(
+            "host",
+            "current",
+            "stage",
+            "drafter overlay",
+            "launch",
+            title=f"dry run: {p.metadata.name} v{p.metadata.version}",
+            title_justify="left",
+        )
         for row in rows:
-            stage_text = "; ".join(
-                f"{x['repo']}: " + (f"cannot tell: {x['error']}" if x.get("error") else "staged" if x["staged"]
-                                    else f"fetch {size_text(x['fetch'])} of {size_text(x['bytes'])}")
-                for x in row.get("stage", ())) or "nothing (paths on the host)"
+            stage_text = (
+                "; ".join(
+                    f"{x['repo']}: "
+                    + (
+                        f"cannot tell: {x['error']}"
+                        if x.get("error")
+                        else "staged"
+                        if x["staged"]
+                        else f"fetch {size_text(x['fetch'])} of {size_text(x['bytes'])}"
+                    )
+                    for x in row.get("stage", ())
+                )
+                or "nothing (paths on the host)"
+            )
             disk = row.get("disk")
             if disk and not disk["fits"]:
                 stage_text += f"; DISK SHORT: {size_text(disk['free'])} free in {disk['cache']}"
@@ -184,15 +310,40 @@ def deploy(
             table.add_row(row["host"], row["current"], stage_text, overlay_text, launch)
         output.result({"dry_run": rows}, table)
         return
-    with recorded(output, ledger=ledger, reason=reason, secrets=p.secrets, ssh_config=ssh_config,
-                  accept_new_host_key=accept_new_host_key, budget_s=startup_timeout, stage_parallel=stage_parallel) as rc:
-        reports = deploy_flow(rc, report, targets, max_failures=max_failures, run_verify=not no_verify,
-                              auto_rollback=not no_rollback, baseline_mode=mode, skip_check=skip_check, stage=not no_stage)
+    with recorded(
+        output,
+        ledger=ledger,
+        reason=reason,
+        secrets=p.secrets,
+        ssh_config=ssh_config,
+        accept_new_host_key=accept_new_host_key,
+        budget_s=startup_timeout,
+        stage_parallel=stage_parallel,
+    ) as rc:
+        reports = deploy_flow(
+            rc,
+            report,
+            targets,
+            max_failures=max_failures,
+            run_verify=not no_verify,
+            auto_rollback=not no_rollback,
+            baseline_mode=mode,
+            skip_check=skip_check,
+            stage=not no_stage,
+        )
     if no_verify or output.json_mode:
-        table = Table("host", "result", "release", title=f"deploy {p.metadata.name} v{p.metadata.version}", title_justify="left")
+        table = Table(
+            "host", "result", "release", title=f"deploy {p.metadata.name} v{p.metadata.version}", title_justify="left"
+        )
         for o in reports:
-            table.add_row(o.host, ("ok: " if o.ok else "FAILED: ") + o.detail + (f" (fix: {o.fix})" if o.fix else ""), o.release or "-")
-        output.result({"profile": p.metadata.name, "version": p.metadata.version, "hosts": [o.__dict__ for o in reports]}, table)
+            table.add_row(
+                o.host,
+                ("ok: " if o.ok else "FAILED: ") + o.detail + (f" (fix: {o.fix})" if o.fix else ""),
+                o.release or "-",
+            )
+        output.result(
+            {"profile": p.metadata.name, "version": p.metadata.version, "hosts": [o.__dict__ for o in reports]}, table
+        )
     else:
         show_reports(output, reports, f"deploy {p.metadata.name} v{p.metadata.version}")
     for o in reports:
@@ -208,8 +359,15 @@ def deploy(
         raise typer.Exit(CheckFailed.exit_code)
 
 
-def status(ctx: typer.Context, profile: ProfileArg, hosts: HostsOpt = None, inventory: InventoryOpt = None,
-           ssh_config: SshConfigOpt = None, accept_new_host_key: AcceptOpt = False, json_mode: JsonOpt = False) -> None:
+def status(
+    ctx: typer.Context,
+    profile: ProfileArg,
+    hosts: HostsOpt = None,
+    inventory: InventoryOpt = None,
+    ssh_config: SshConfigOpt = None,
+    accept_new_host_key: AcceptOpt = False,
+    json_mode: JsonOpt = False,
+) -> None:
     """What runs on each host: current release, its process and health, any other server of the
     profile (a release not made current stops itself by its deadline), and who holds the lock."""
     from rich.table import Table
@@ -219,22 +377,39 @@ def status(ctx: typer.Context, profile: ProfileArg, hosts: HostsOpt = None, inve
 
     output = command_output(ctx, json_mode)
     p = load_profile(profile, check_files=False).model
-    rows = servers.status(servers.Reach(ssh_config, accept_new_host_key), p.metadata.name, p.engine.port,
-                          target_hosts(p.hosts, hosts, inventory))
-    table = Table("host", "current release", "running", "healthy", "state", title=f"{p.metadata.name}", title_justify="left")
+    rows = servers.status(
+        servers.Reach(ssh_config, accept_new_host_key),
+        p.metadata.name,
+        p.engine.port,
+        target_hosts(p.hosts, hosts, inventory),
+    )
+    table = Table(
+        "host", "current release", "running", "healthy", "state", title=f"{p.metadata.name}", title_justify="left"
+    )
     for r in rows:
-        table.add_row(r.host, r.current or "-", "yes" if r.running else "no", "yes" if r.healthy else "no",
-                      r.summary + (f"; locked by {r.locked_by}" if r.locked_by else ""))
+        table.add_row(
+            r.host,
+            r.current or "-",
+            "yes" if r.running else "no",
+            "yes" if r.healthy else "no",
+            r.summary + (f"; locked by {r.locked_by}" if r.locked_by else ""),
+        )
     output.result({"profile": p.metadata.name, "hosts": [{**r.__dict__, "state": r.summary} for r in rows]}, table)
     if any(r.error for r in rows):
         raise typer.Exit(HostError.exit_code)
 
 
-def logs(ctx: typer.Context, profile: ProfileArg, hosts: HostsOpt = None, inventory: InventoryOpt = None, ssh_config: SshConfigOpt = None,
-         accept_new_host_key: AcceptOpt = False,
-         lines: Annotated[int, typer.Option("-n", "--lines", help="Lines from the end.")] = 50,
-         follow: Annotated[bool, typer.Option("-f", "--follow", help="Keep printing new lines (Ctrl-C stops).")] = False,
-         json_mode: JsonOpt = False) -> None:
+def logs(
+    ctx: typer.Context,
+    profile: ProfileArg,
+    hosts: HostsOpt = None,
+    inventory: InventoryOpt = None,
+    ssh_config: SshConfigOpt = None,
+    accept_new_host_key: AcceptOpt = False,
+    lines: Annotated[int, typer.Option("-n", "--lines", help="Lines from the end.")] = 50,
+    follow: Annotated[bool, typer.Option("-f", "--follow", help="Keep printing new lines (Ctrl-C stops).")] = False,
+    json_mode: JsonOpt = False,
+) -> None:
     """The server log of the current release on each host; with --json, one object per line: host, line."""
     from specctl.cli._logtail import LogTail
     from specctl.flows.servers import Reach
@@ -278,8 +453,15 @@ def _pause() -> None:
     time.sleep(FOLLOW_POLL_S)
 
 
-def stop(ctx: typer.Context, profile: ProfileArg, hosts: HostsOpt = None, inventory: InventoryOpt = None,
-         ssh_config: SshConfigOpt = None, accept_new_host_key: AcceptOpt = False, json_mode: JsonOpt = False) -> None:
+def stop(
+    ctx: typer.Context,
+    profile: ProfileArg,
+    hosts: HostsOpt = None,
+    inventory: InventoryOpt = None,
+    ssh_config: SshConfigOpt = None,
+    accept_new_host_key: AcceptOpt = False,
+    json_mode: JsonOpt = False,
+) -> None:
     """Stop every server of the profile on each host (current or not; whole process groups), under its lock."""
     import shlex
     import sys
@@ -289,22 +471,45 @@ def stop(ctx: typer.Context, profile: ProfileArg, hosts: HostsOpt = None, invent
 
     output = command_output(ctx, json_mode)
     p = load_profile(profile, check_files=False).model
-    result = servers.stop(servers.Reach(ssh_config, accept_new_host_key), p.metadata.name, target_hosts(p.hosts, hosts, inventory),
-                          command=shlex.join(["specctl", *sys.argv[1:]]))
+    result = servers.stop(
+        servers.Reach(ssh_config, accept_new_host_key),
+        p.metadata.name,
+        target_hosts(p.hosts, hosts, inventory),
+        command=shlex.join(["specctl", *sys.argv[1:]]),
+    )
     stopped = {h: bool(r) if isinstance(r, list) else False for h, r in result.items()}
-    lines = [f"{h}: " + (f"FAILED: {r}" if isinstance(r, str) else f"stopped {', '.join(r)}" if r else "nothing running")
-             for h, r in result.items()]
-    output.result({"stopped": stopped, "releases": {h: r for h, r in result.items() if isinstance(r, list)},
-                   "errors": {h: r for h, r in result.items() if isinstance(r, str)}}, "\n".join(lines))
+    lines = [
+        f"{h}: " + (f"FAILED: {r}" if isinstance(r, str) else f"stopped {', '.join(r)}" if r else "nothing running")
+        for h, r in result.items()
+    ]
+    output.result(
+        {
+            "stopped": stopped,
+            "releases": {h: r for h, r in result.items() if isinstance(r, list)},
+            "errors": {h: r for h, r in result.items() if isinstance(r, str)},
+        },
+        "\n".join(lines),
+    )
     if any(isinstance(r, str) for r in result.values()):
         raise typer.Exit(HostError.exit_code)
 
 
-def unlock(ctx: typer.Context, profile: ProfileArg, hosts: HostsOpt = None, inventory: InventoryOpt = None,
-           reason: ReasonOpt = None, ledger: LedgerOpt = None, ssh_config: SshConfigOpt = None, accept_new_host_key: AcceptOpt = False,
-           force: Annotated[bool, typer.Option("--force", help="Remove the lock even though its holder may still run.")] = False,
-           json_mode: JsonOpt = False) -> None:
-    """Remove a stale lock, showing whose it was; refused while its holder runs unless --force. Recorded in the ledger."""
+def unlock(
+    ctx: typer.Context,
+    profile: ProfileArg,
+    hosts: HostsOpt = None,
+    inventory: InventoryOpt = None,
+    reason: ReasonOpt = None,
+    ledger: LedgerOpt = None,
+    ssh_config: SshConfigOpt = None,
+    accept_new_host_key: AcceptOpt = False,
+    force: Annotated[
+        bool, typer.Option("--force", help="Remove the lock even though its holder may still run.")
+    ] = False,
+    json_mode: JsonOpt = False,
+) -> None:
+    """Remove a stale lock, showing whose it was; refused while its holder runs unless --force.
+    Recorded in the ledger."""
     from specctl.flows.unlock import unlock as unlock_flow
     from specctl.profile import load_profile
     from specctl.release import lock
@@ -313,7 +518,11 @@ def unlock(ctx: typer.Context, profile: ProfileArg, hosts: HostsOpt = None, inve
     loaded = load_profile(profile, check_files=False)
     p = loaded.model
     targets = target_hosts(p.hosts, hosts, inventory)
-    with recorded(output, ledger=ledger, reason=reason, ssh_config=ssh_config, accept_new_host_key=accept_new_host_key) as rc:
+    with recorded(
+        output, ledger=ledger, reason=reason, ssh_config=ssh_config, accept_new_host_key=accept_new_host_key
+    ) as rc:
         run_id, removed = unlock_flow(rc, p.model_dump(mode="json", by_alias=True), loaded.sha256, targets, force=force)
-    output.result({"run": run_id, "unlocked": removed},
-                  "\n".join(f"{h}: removed lock of {lock.describe(w)}" if w else f"{h}: not locked" for h, w in removed.items()))
+    output.result(
+        {"run": run_id, "unlocked": removed},
+        "\n".join(f"{h}: removed lock of {lock.describe(w)}" if w else f"{h}: not locked" for h, w in removed.items()),
+    )

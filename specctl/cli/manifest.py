@@ -16,13 +16,36 @@ app = typer.Typer(help="Drafter manifests: the layers a drafter was trained on."
 @app.command("import")
 def import_(
     ctx: typer.Context,
-    drafter: Annotated[str, typer.Argument(help="Drafter checkpoint: a directory, or an HF repo id as ORG/NAME@REVISION.", show_default=False)],
-    target: Annotated[str, typer.Option("--target", help="Target checkpoint the drafter was trained against (directory or ORG/NAME@REVISION).", show_default=False)],
-    convention: Annotated[str | None, typer.Option("--convention", help="How the drafter's ids are meant: specforge, sglang, vllm or canonical.")] = None,
-    training_state: Annotated[Path | None, typer.Option("--training-state", help="SpecForge training_state.pt or run config (JSON/YAML).")] = None,
-    engine_version: Annotated[str | None, typer.Option("--engine-version", help="sglang version, for --convention sglang.")] = None,
-    name: Annotated[str | None, typer.Option("--name", help="Manifest name (default: the drafter's directory name).")] = None,
-    out: Annotated[Path | None, typer.Option("-o", "--output", help="Write the manifest here (atomically) instead of stdout.")] = None,
+    drafter: Annotated[
+        str,
+        typer.Argument(
+            help="Drafter checkpoint: a directory, or an HF repo id as ORG/NAME@REVISION.", show_default=False
+        ),
+    ],
+    target: Annotated[
+        str,
+        typer.Option(
+            "--target",
+            help="Target checkpoint the drafter was trained against (directory or ORG/NAME@REVISION).",
+            show_default=False,
+        ),
+    ],
+    convention: Annotated[
+        str | None,
+        typer.Option("--convention", help="How the drafter's ids are meant: specforge, sglang, vllm or canonical."),
+    ] = None,
+    training_state: Annotated[
+        Path | None, typer.Option("--training-state", help="SpecForge training_state.pt or run config (JSON/YAML).")
+    ] = None,
+    engine_version: Annotated[
+        str | None, typer.Option("--engine-version", help="sglang version, for --convention sglang.")
+    ] = None,
+    name: Annotated[
+        str | None, typer.Option("--name", help="Manifest name (default: the drafter's directory name).")
+    ] = None,
+    out: Annotated[
+        Path | None, typer.Option("-o", "--output", help="Write the manifest here (atomically) instead of stdout.")
+    ] = None,
     json_mode: JsonOpt = False,
     offline: OfflineOpt = False,
 ) -> None:
@@ -34,8 +57,15 @@ def import_(
     output.json_mode = output.json_mode or json_mode
     if convention is not None and convention not in CONVENTIONS:
         raise typer.BadParameter(f"use one of: {', '.join(CONVENTIONS)}", param_hint="--convention")
-    data = import_manifest(drafter, target_ref=target, convention=convention, training_state=training_state,
-                           engine_version=engine_version, name=name, offline=offline)
+    data = import_manifest(
+        drafter,
+        target_ref=target,
+        convention=convention,
+        training_state=training_state,
+        engine_version=engine_version,
+        name=name,
+        offline=offline,
+    )
     if out is not None:
         write_atomically(out, to_yaml(data))
         output.hint(f"wrote {out}: capture layers {data['capture']['layers']} (width {data['capture']['width']})")

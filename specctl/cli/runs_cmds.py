@@ -25,15 +25,30 @@ def register(app: typer.Typer) -> None:
         app.command(fn.__name__)(fn)
 
 
-def runs(ctx: typer.Context,
-         profile: Annotated[str | None, typer.Option("--profile", help="Only this profile (name).")] = None,
-         hosts: Annotated[str | None, typer.Option("--hosts", "--host", help="Only runs on these hosts or groups, comma-separated.")] = None,
-         kind: Annotated[str | None, typer.Option("--kind", help="deploy, verify, baseline, rollback, unlock, tune or stage.")] = None,
-         limit: Annotated[int, typer.Option("--limit", help="The newest N runs.")] = 50,
-         out: Annotated[Literal["normal", "wide"], typer.Option("-o", "--output", help="normal: what fits the terminal; wide: every column.")] = "normal",
-         plot: Annotated[bool, typer.Option("--plot", help="Chart accept length and throughput over time, per profile.")] = False,
-         plot_file: Annotated[Path | None, typer.Option("--plot-file", help="Also write the chart as an HTML report.")] = None,
-         inventory: InventoryOpt = None, ledger: LedgerOpt = None, json_mode: JsonOpt = False) -> None:
+def runs(
+    ctx: typer.Context,
+    profile: Annotated[str | None, typer.Option("--profile", help="Only this profile (name).")] = None,
+    hosts: Annotated[
+        str | None, typer.Option("--hosts", "--host", help="Only runs on these hosts or groups, comma-separated.")
+    ] = None,
+    kind: Annotated[
+        str | None, typer.Option("--kind", help="deploy, verify, baseline, rollback, unlock, tune or stage.")
+    ] = None,
+    limit: Annotated[int, typer.Option("--limit", help="The newest N runs.")] = 50,
+    out: Annotated[
+        Literal["normal", "wide"],
+        typer.Option("-o", "--output", help="normal: what fits the terminal; wide: every column."),
+    ] = "normal",
+    plot: Annotated[
+        bool, typer.Option("--plot", help="Chart accept length and throughput over time, per profile.")
+    ] = False,
+    plot_file: Annotated[
+        Path | None, typer.Option("--plot-file", help="Also write the chart as an HTML report.")
+    ] = None,
+    inventory: InventoryOpt = None,
+    ledger: LedgerOpt = None,
+    json_mode: JsonOpt = False,
+) -> None:
     """The ledger's runs, oldest first. The short run ids shown are accepted by show, diff and rollback --to."""
     from datetime import UTC, datetime
 
@@ -59,8 +74,18 @@ def runs(ctx: typer.Context,
         return
     rows = [{**brief(r), **metrics(r)} for r in found]
     short = short_ids([r.id for r in found] + [r.parent for r in found if r.parent])
-    output.result({"runs": rows}, runs_view(rows, title=f"runs ({book.path})", wide=out == "wide", width=output.out.width,
-                                            now=datetime.now(UTC), short=short), fit=out != "wide")
+    output.result(
+        {"runs": rows},
+        runs_view(
+            rows,
+            title=f"runs ({book.path})",
+            wide=out == "wide",
+            width=output.out.width,
+            now=datetime.now(UTC),
+            short=short,
+        ),
+        fit=out != "wide",
+    )
 
 
 def _host_names(hosts: str | None, inventory: str | None) -> list[str]:
@@ -91,8 +116,12 @@ def _runs(book: Any, *, profile: str | None, hosts: list[str], kind: str | None,
     return ordered[-limit:] if limit else ordered
 
 
-def show(ctx: typer.Context, run: Annotated[str, typer.Argument(help="Run id, a unique prefix, or the short id `runs` shows.")],
-         ledger: LedgerOpt = None, json_mode: JsonOpt = False) -> None:
+def show(
+    ctx: typer.Context,
+    run: Annotated[str, typer.Argument(help="Run id, a unique prefix, or the short id `runs` shows.")],
+    ledger: LedgerOpt = None,
+    json_mode: JsonOpt = False,
+) -> None:
     """One run, whole: inputs, command, hosts with their facts, commands, measurements and verdicts."""
     from rich.console import Group
     from rich.pretty import Pretty
@@ -106,9 +135,12 @@ def show(ctx: typer.Context, run: Annotated[str, typer.Argument(help="Run id, a 
         found = find_run(book, run)
     finally:
         book.close()
-    head = (f"{found.id}  {found.kind}  {found.profile} v{found.profile_version}  {found.status}\n"
-            f"  by {found.user}@{found.machine}: {found.command}\n  {found.started_at} .. {found.finished_at or 'running'}"
-            + (f"\n  reason: {found.reason}" if found.reason else "") + (f"\n  parent: {found.parent}" if found.parent else ""))
+    head = (
+        f"{found.id}  {found.kind}  {found.profile} v{found.profile_version}  {found.status}\n"
+        f"  by {found.user}@{found.machine}: {found.command}\n  {found.started_at} .. {found.finished_at or 'running'}"
+        + (f"\n  reason: {found.reason}" if found.reason else "")
+        + (f"\n  parent: {found.parent}" if found.parent else "")
+    )
     views: list[Any] = [head]
     for record in found.host_records:
         if found.kind == "tune" and record.verdict and record.verdict.get("candidates") is not None:
@@ -124,9 +156,13 @@ def show(ctx: typer.Context, run: Annotated[str, typer.Argument(help="Run id, a 
     output.result(found.to_dict(), Group(*views))
 
 
-def diff(ctx: typer.Context, run_a: Annotated[str, typer.Argument(help="First run (id, prefix or short id).")],
-         run_b: Annotated[str, typer.Argument(help="Second run (id, prefix or short id).")], ledger: LedgerOpt = None,
-         json_mode: JsonOpt = False) -> None:
+def diff(
+    ctx: typer.Context,
+    run_a: Annotated[str, typer.Argument(help="First run (id, prefix or short id).")],
+    run_b: Annotated[str, typer.Argument(help="Second run (id, prefix or short id).")],
+    ledger: LedgerOpt = None,
+    json_mode: JsonOpt = False,
+) -> None:
     """Two runs side by side: profile fields, capture, rendered commands, host facts, measurements."""
     from specctl.cli.views import diff_view
     from specctl.ledger.history import find_run, run_diff

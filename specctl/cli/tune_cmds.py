@@ -37,14 +37,35 @@ def register(app: typer.Typer) -> None:
 
 
 def tune(
-    ctx: typer.Context, profile: ProfileArg, hosts: HostsOpt = None, inventory: InventoryOpt = None,
-    apply: Annotated[bool, typer.Option("--apply", help="Deploy and verify the winner afterwards (else the host keeps its release).")] = False,
-    output_file: Annotated[Path | None, typer.Option("--output", "-o", metavar="PATH",
-                                                     help="Where to write the winner (default <name>-v<version+1>.yaml beside the profile).")] = None,
-    html: Annotated[Path | None, typer.Option("--html", metavar="PATH", help="Also write the table and heat map as an HTML page.")] = None,
-    startup_timeout: Annotated[float, typer.Option("--startup-timeout", help="Seconds a server may take to answer a generation.")] = STARTUP_BUDGET_S,
-    baseline_mode: BaselineOpt = "auto", reason: ReasonOpt = None, ledger: LedgerOpt = None, ssh_config: SshConfigOpt = None,
-    accept_new_host_key: AcceptOpt = False, json_mode: JsonOpt = False, offline: OfflineOpt = False,
+    ctx: typer.Context,
+    profile: ProfileArg,
+    hosts: HostsOpt = None,
+    inventory: InventoryOpt = None,
+    apply: Annotated[
+        bool, typer.Option("--apply", help="Deploy and verify the winner afterwards (else the host keeps its release).")
+    ] = False,
+    output_file: Annotated[
+        Path | None,
+        typer.Option(
+            "--output",
+            "-o",
+            metavar="PATH",
+            help="Where to write the winner (default <name>-v<version+1>.yaml beside the profile).",
+        ),
+    ] = None,
+    html: Annotated[
+        Path | None, typer.Option("--html", metavar="PATH", help="Also write the table and heat map as an HTML page.")
+    ] = None,
+    startup_timeout: Annotated[
+        float, typer.Option("--startup-timeout", help="Seconds a server may take to answer a generation.")
+    ] = STARTUP_BUDGET_S,
+    baseline_mode: BaselineOpt = "auto",
+    reason: ReasonOpt = None,
+    ledger: LedgerOpt = None,
+    ssh_config: SshConfigOpt = None,
+    accept_new_host_key: AcceptOpt = False,
+    json_mode: JsonOpt = False,
+    offline: OfflineOpt = False,
 ) -> None:
     """Measure the profile's `tune:` grid of speculative settings on one host, each as a release,
     dropping a candidate once its interval is decided below the best; write the winner as the next
@@ -60,14 +81,25 @@ def tune(
     errors = [f for f in report.findings if f.severity.value == "error"]
     if errors:
         output.hint(findings_view(f"tune refused: {profile}", errors))
-        raise CheckFailed(f"{len(errors)} check error(s); nothing tuned", fix=f"fix them first (specctl check {profile})")
+        raise CheckFailed(
+            f"{len(errors)} check error(s); nothing tuned", fix=f"fix them first (specctl check {profile})"
+        )
     targets = target_hosts(report.inputs.profile.hosts, hosts, inventory)
     if len(targets) != 1:
-        raise InputError(f"tune measures on one host; {len(targets)} were named ({', '.join(h.name for h in targets)})",
-                         fix="pass --host NAME")
+        raise InputError(
+            f"tune measures on one host; {len(targets)} were named ({', '.join(h.name for h in targets)})",
+            fix="pass --host NAME",
+        )
     p = report.inputs.profile
-    with recorded(output, ledger=ledger, reason=reason, secrets=p.secrets, ssh_config=ssh_config,
-                  accept_new_host_key=accept_new_host_key, budget_s=startup_timeout) as rc:
+    with recorded(
+        output,
+        ledger=ledger,
+        reason=reason,
+        secrets=p.secrets,
+        ssh_config=ssh_config,
+        accept_new_host_key=accept_new_host_key,
+        budget_s=startup_timeout,
+    ) as rc:
         result = tune_flow(rc, report, targets[0], apply=apply, output=output_file, baseline_mode=mode)
     data = result.to_dict()
     if html is not None:
@@ -89,31 +121,72 @@ def tune_view(data: Mapping[str, Any]) -> RenderableType:
     objective = data["objective"]
     # the profile's other operating points, measured for the candidates still in the running
     others = sorted({int(c) for row in data["candidates"] for c in (row.get("points") or {}) if c.isdigit()})
-    table = Table("candidate", "release", f"{objective['metric']} @{objective['concurrency']}", "interval", "requests",
-                  *(f"tok/s @{c}" for c in others), "result",
-                  title=f"tune {data['profile']} v{data['version']} on {data['host']} (run {data['run']})", title_justify="left")
+    table = Table(
+        "candidate",
+        "release",
+        f"{objective['metric']} @{objective['concurrency']}",
+        "interval",
+        "requests",
+        *(f"tok/s @{c}" for c in others),
+        "result",
+        title=f"tune {data['profile']} v{data['version']} on {data['host']} (run {data['run']})",
+        title_justify="left",
+    )
     for row in data["candidates"]:
         iv = row.get("interval") or {}
-        result = ("WINNER" if row["winner"] else f"failed: {row['failed']}" if row["failed"]
-                  else "eliminated" if row["eliminated"] else "kept")
+        result = (
+            "WINNER"
+            if row["winner"]
+            else f"failed: {row['failed']}"
+            if row["failed"]
+            else "eliminated"
+            if row["eliminated"]
+            else "kept"
+        )
         points = row.get("points") or {}
-        at_points = [_num(((points.get(str(c)) or {}).get("output_tokens_per_s") or {}).get("estimate")) for c in others]
-        table.add_row(row["key"] + (" (current)" if row["incumbent"] else ""), row.get("release") or "-", _num(row.get("estimate")),
-                      f"[{_num(iv.get('low'))}, {_num(iv.get('high'))}]" if iv else "-", str(row["requests"]), *at_points, result)
-    blocks: list[RenderableType] = [table, Text(
-        f"{data['requests']} requests in all (measuring every candidate to {data['planned_requests']}: "
-        f"{data['exhaustive_requests']})" + (f", and {data['other_point_requests']} at the other operating points"
-                                               if data.get("other_point_requests") else "") + f"; {data['level_note']}")]
+        at_points = [
+            _num(((points.get(str(c)) or {}).get("output_tokens_per_s") or {}).get("estimate")) for c in others
+        ]
+        table.add_row(
+            row["key"] + (" (current)" if row["incumbent"] else ""),
+            row.get("release") or "-",
+            _num(row.get("estimate")),
+            f"[{_num(iv.get('low'))}, {_num(iv.get('high'))}]" if iv else "-",
+            str(row["requests"]),
+            *at_points,
+            result,
+        )
+    blocks: list[RenderableType] = [
+        table,
+        Text(
+            f"{data['requests']} requests in all (measuring every candidate to {data['planned_requests']}: "
+            f"{data['exhaustive_requests']})"
+            + (
+                f", and {data['other_point_requests']} at the other operating points"
+                if data.get("other_point_requests")
+                else ""
+            )
+            + f"; {data['level_note']}"
+        ),
+    ]
     blocks.append(heat_map_view(data["heat_map"], objective["metric"]))
     for d in data.get("dropped") or []:
         blocks.append(Text(f"  not measured: {d['key']}: {d['reason']}"))
     if data.get("profile_file"):
-        blocks.append(Text(f"winner written to {data['profile_file']}"
-                           + ("" if data.get("applied") else f"; the host keeps {data.get('restored') or 'nothing running'}")))
+        blocks.append(
+            Text(
+                f"winner written to {data['profile_file']}"
+                + ("" if data.get("applied") else f"; the host keeps {data.get('restored') or 'nothing running'}")
+            )
+        )
     applied = data.get("applied")
     if applied:
-        blocks.append(Text(f"applied on {applied['host']}: {applied['detail']}"
-                           + (", verify passed" if (applied.get("verdict") or {}).get("passed") else ", verify FAILED")))
+        blocks.append(
+            Text(
+                f"applied on {applied['host']}: {applied['detail']}"
+                + (", verify passed" if (applied.get("verdict") or {}).get("passed") else ", verify FAILED")
+            )
+        )
     return Group(*blocks)
 
 
@@ -124,8 +197,12 @@ def heat_map_view(heat: Mapping[str, Any], metric: str) -> RenderableType:
 
     values = [v for row in heat["cells"] for v in row if v is not None]
     low, high = (min(values), max(values)) if values else (0.0, 1.0)
-    table = Table(f"num_steps \\ {heat['columns']}", *(str(c) for c in heat["column_values"]),
-                  title=f"heat map: {metric}", title_justify="left")
+    table = Table(
+        f"num_steps \\ {heat['columns']}",
+        *(str(c) for c in heat["column_values"]),
+        title=f"heat map: {metric}",
+        title_justify="left",
+    )
     for steps, row in zip(heat["row_values"], heat["cells"], strict=True):
         table.add_row(str(steps), *(_cell(v, low, high) for v in row))
     return table if values else Text("heat map: nothing measured")
@@ -143,4 +220,3 @@ def _cell(value: float | None, low: float, high: float) -> Any:
 
 def _num(value: object, digits: int = 4) -> str:
     return f"{value:.{digits}g}" if isinstance(value, (int, float)) else "-"
-

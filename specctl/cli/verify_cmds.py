@@ -29,10 +29,19 @@ def register(app: typer.Typer) -> None:
         app.command(fn.__name__)(fn)
 
 
-def verify(ctx: typer.Context, profile: ProfileArg, hosts: HostsOpt = None, inventory: InventoryOpt = None,
-           baseline_mode: BaselineOpt = "auto", reason: ReasonOpt = None, ledger: LedgerOpt = None,
-           ssh_config: SshConfigOpt = None, accept_new_host_key: AcceptOpt = False, json_mode: JsonOpt = False,
-           offline: OfflineOpt = False) -> None:
+def verify(
+    ctx: typer.Context,
+    profile: ProfileArg,
+    hosts: HostsOpt = None,
+    inventory: InventoryOpt = None,
+    baseline_mode: BaselineOpt = "auto",
+    reason: ReasonOpt = None,
+    ledger: LedgerOpt = None,
+    ssh_config: SshConfigOpt = None,
+    accept_new_host_key: AcceptOpt = False,
+    json_mode: JsonOpt = False,
+    offline: OfflineOpt = False,
+) -> None:
     """Static checks against each host, drift of the live server against the plan, and the live
     measurement with its gates (95 % intervals, stopping early once decided). Exit 1 when a gate fails."""
     from specctl.cli.views import show_reports
@@ -44,8 +53,14 @@ def verify(ctx: typer.Context, profile: ProfileArg, hosts: HostsOpt = None, inve
     mode = checked_mode(baseline_mode)
     report = static.check(profile, offline=offline)
     targets = target_hosts(report.inputs.profile.hosts, hosts, inventory)
-    with recorded(output, ledger=ledger, reason=reason, secrets=report.inputs.profile.secrets, ssh_config=ssh_config,
-                  accept_new_host_key=accept_new_host_key) as rc:
+    with recorded(
+        output,
+        ledger=ledger,
+        reason=reason,
+        secrets=report.inputs.profile.secrets,
+        ssh_config=ssh_config,
+        accept_new_host_key=accept_new_host_key,
+    ) as rc:
         reports = verify_flow(rc, report, targets, baseline_mode=mode)
     show_reports(output, reports, f"verify {report.inputs.profile.metadata.name}")
     if not all(r.ok for r in reports):
@@ -54,9 +69,18 @@ def verify(ctx: typer.Context, profile: ProfileArg, hosts: HostsOpt = None, inve
         raise typer.Exit(CheckFailed.exit_code)
 
 
-def baseline(ctx: typer.Context, profile: ProfileArg, hosts: HostsOpt = None, inventory: InventoryOpt = None,
-             reason: ReasonOpt = None, ledger: LedgerOpt = None, ssh_config: SshConfigOpt = None,
-             accept_new_host_key: AcceptOpt = False, json_mode: JsonOpt = False, offline: OfflineOpt = False) -> None:
+def baseline(
+    ctx: typer.Context,
+    profile: ProfileArg,
+    hosts: HostsOpt = None,
+    inventory: InventoryOpt = None,
+    reason: ReasonOpt = None,
+    ledger: LedgerOpt = None,
+    ssh_config: SshConfigOpt = None,
+    accept_new_host_key: AcceptOpt = False,
+    json_mode: JsonOpt = False,
+    offline: OfflineOpt = False,
+) -> None:
     """Serve the profile's target without speculation on each host, measure it on the profile's
     workload and record it; verify divides by it. The profile's own server is restarted after."""
     from specctl.cli.views import baseline_view
@@ -68,21 +92,42 @@ def baseline(ctx: typer.Context, profile: ProfileArg, hosts: HostsOpt = None, in
     report = static.check(profile, offline=offline)
     targets = target_hosts(report.inputs.profile.hosts, hosts, inventory)
     rows: list[dict[str, Any]] = []
-    with recorded(output, ledger=ledger, reason=reason, secrets=report.inputs.profile.secrets, ssh_config=ssh_config,
-                  accept_new_host_key=accept_new_host_key) as rc:
+    with recorded(
+        output,
+        ledger=ledger,
+        reason=reason,
+        secrets=report.inputs.profile.secrets,
+        ssh_config=ssh_config,
+        accept_new_host_key=accept_new_host_key,
+    ) as rc:
         for host in targets:
             run_id, measured = baseline_flow(rc, report, host)
             rows += baseline_rows(host.name, run_id, measured)
     output.result({"baselines": rows}, baseline_view(rows))
 
 
-def rollback(ctx: typer.Context,
-             profile: Annotated[str | None, typer.Argument(help="Profile name or file (default: from --to or the newest deploy).", show_default=False)] = None,
-             hosts: HostsOpt = None, inventory: InventoryOpt = None,
-             to: Annotated[str | None, typer.Option("--to", metavar="RUN|PROFILE@VERSION",
-                                                    help="The release to go back to: a run (id, prefix or short id) or PROFILE@VERSION.")] = None,
-             reason: ReasonOpt = None, ledger: LedgerOpt = None, ssh_config: SshConfigOpt = None,
-             accept_new_host_key: AcceptOpt = False, json_mode: JsonOpt = False) -> None:
+def rollback(
+    ctx: typer.Context,
+    profile: Annotated[
+        str | None,
+        typer.Argument(help="Profile name or file (default: from --to or the newest deploy).", show_default=False),
+    ] = None,
+    hosts: HostsOpt = None,
+    inventory: InventoryOpt = None,
+    to: Annotated[
+        str | None,
+        typer.Option(
+            "--to",
+            metavar="RUN|PROFILE@VERSION",
+            help="The release to go back to: a run (id, prefix or short id) or PROFILE@VERSION.",
+        ),
+    ] = None,
+    reason: ReasonOpt = None,
+    ledger: LedgerOpt = None,
+    ssh_config: SshConfigOpt = None,
+    accept_new_host_key: AcceptOpt = False,
+    json_mode: JsonOpt = False,
+) -> None:
     """Restart a stored release (default: the newest verified one that is not current), verify it,
     switch `current` (and `known-good` when it passes). Exit 1 when its verify fails."""
     from specctl.cli.views import show_reports
@@ -92,7 +137,9 @@ def rollback(ctx: typer.Context,
     output = command_output(ctx, json_mode)
     name, to_run, to_version, run_hosts = _rollback_target(profile, to, Ledger(ledger_path(ledger), readonly=True))
     targets = target_hosts(run_hosts, hosts, inventory)
-    with recorded(output, ledger=ledger, reason=reason, ssh_config=ssh_config, accept_new_host_key=accept_new_host_key) as rc:
+    with recorded(
+        output, ledger=ledger, reason=reason, ssh_config=ssh_config, accept_new_host_key=accept_new_host_key
+    ) as rc:
         reports = [rollback_flow(rc, host, name, to_run=to_run, to_version=to_version) for host in targets]
     show_reports(output, reports, f"rollback {name}")
     if not all(r.passed for r in reports):
@@ -113,7 +160,9 @@ def _rollback_target(profile: str | None, to: str | None, book) -> tuple[str, st
         if to and "@" in to:
             name, _, version = to.rpartition("@")
             if not version.isdigit():
-                raise InputError(f"--to {to!r}: the version after @ must be a number", fix="for example --to my-profile@3")
+                raise InputError(
+                    f"--to {to!r}: the version after @ must be a number", fix="for example --to my-profile@3"
+                )
             to_version = int(version)
         elif to:
             from specctl.ledger.history import find_run
@@ -125,11 +174,16 @@ def _rollback_target(profile: str | None, to: str | None, book) -> tuple[str, st
                     raise
                 to_run = to  # a release that is no run of its own (a tune candidate): the host's directory decides
             else:
-                name, to_run = run.profile, (run.host_records[0].release if run.host_records and run.host_records[0].release else run.id)
+                name, to_run = (
+                    run.profile,
+                    (run.host_records[0].release if run.host_records and run.host_records[0].release else run.id),
+                )
         if not name:
             deploys = book.runs(kind="deploy")
             if not deploys:
-                raise InputError("no profile given and no deploy in the ledger", fix="name the profile: specctl rollback PROFILE")
+                raise InputError(
+                    "no profile given and no deploy in the ledger", fix="name the profile: specctl rollback PROFILE"
+                )
             name = deploys[-1].profile
         hosts: list[str] = next((r.hosts for r in reversed(book.runs(profile=name, kind="deploy"))), [])
         return str(name), to_run, to_version, list(hosts)

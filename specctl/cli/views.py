@@ -25,12 +25,18 @@ def findings_view(title: str, findings: Sequence[Finding]) -> RenderableType:
     """One block per finding: severity and code, the message, the fix."""
     counts = {s: sum(f.severity is s for f in findings) for s in Severity}
     verdict = "FAIL" if counts[Severity.ERROR] else "ok"
-    head = Text.assemble((title, "bold"), "  ", (verdict, "bold red" if counts[Severity.ERROR] else "bold green"),
-                         f"  ({counts[Severity.ERROR]} error(s), {counts[Severity.WARNING]} warning(s), {counts[Severity.INFO]} info)")
+    head = Text.assemble(
+        (title, "bold"),
+        "  ",
+        (verdict, "bold red" if counts[Severity.ERROR] else "bold green"),
+        f"  ({counts[Severity.ERROR]} error(s), {counts[Severity.WARNING]} warning(s), {counts[Severity.INFO]} info)",
+    )
     blocks: list[RenderableType] = [head]
     for f in findings:
         where = f"  [{f.field}]" if f.field else ""
-        blocks.append(Text.assemble("  ", (f"{f.severity.value:<7}", _STYLE[f.severity]), " ", (f.code, "bold"), (where, "dim")))
+        blocks.append(
+            Text.assemble("  ", (f"{f.severity.value:<7}", _STYLE[f.severity]), " ", (f.code, "bold"), (where, "dim"))
+        )
         blocks.append(Padding(Text(f.message), (0, 0, 0, 10)))
         blocks.append(Padding(Text.assemble(("fix: ", "bold"), f.fix), (0, 0, 0, 10)))
     return Group(*blocks)
@@ -47,15 +53,22 @@ def capture_view(capture: dict[str, object] | None) -> RenderableType:
     table.add_column("captures outputs of")
     table.add_column("drafter trained on")
     table.add_column("match")
-    table.add_row(str(capture.get("ids")), str(capture.get("origin")), str(capture.get("layers")),
-                  str(capture.get("needed_layers")), "yes" if capture.get("matches") else "NO")
+    table.add_row(
+        str(capture.get("ids")),
+        str(capture.get("origin")),
+        str(capture.get("layers")),
+        str(capture.get("needed_layers")),
+        "yes" if capture.get("matches") else "NO",
+    )
     return table
 
 
 def plan_view(plan: Plan) -> RenderableType:
     from rich.table import Table
 
-    table = Table(title=f"{plan.profile} v{plan.version}  {plan.engine} {plan.engine_version}", box=None, pad_edge=False)
+    table = Table(
+        title=f"{plan.profile} v{plan.version}  {plan.engine} {plan.engine_version}", box=None, pad_edge=False
+    )
     table.add_column("node")
     table.add_column("host")
     table.add_column("argv")
@@ -79,7 +92,7 @@ def validation_view(results: Sequence[tuple[str, str, str | None]]) -> Renderabl
 def _num(value: object, digits: int = 3) -> str:
     if not isinstance(value, (int, float)):
         return "-"
-    return f"{value:.0f}" if abs(value) >= 10 ** digits else f"{value:.{digits}g}"
+    return f"{value:.0f}" if abs(value) >= 10**digits else f"{value:.{digits}g}"
 
 
 def verdict_view(host: str, verdict: dict[str, object] | None) -> RenderableType:
@@ -95,40 +108,70 @@ def verdict_view(host: str, verdict: dict[str, object] | None) -> RenderableType
     assert isinstance(summary, dict)
     summary = current(summary)
     several = len(verdict.get("points") or []) > 1  # type: ignore[arg-type]
-    table = Table("gate", "measured", "interval (95 % over all points)" if several else "95% interval", "threshold", "result",
-                  title_justify="left",
-                  title=f"{host}: {verdict.get('profile')} v{verdict.get('version')} release {verdict.get('release')}  "
-                        f"{'PASS' if passed else 'FAIL'}  ({summary.get('requests', 0)} requests"
-                        f"{', stopped early: decided' if verdict.get('stopped_early') else ''})")
+    table = Table(
+        "gate",
+        "measured",
+        "interval (95 % over all points)" if several else "95% interval",
+        "threshold",
+        "result",
+        title_justify="left",
+        title=f"{host}: {verdict.get('profile')} v{verdict.get('version')} release {verdict.get('release')}  "
+        f"{'PASS' if passed else 'FAIL'}  ({summary.get('requests', 0)} requests"
+        f"{', stopped early: decided' if verdict.get('stopped_early') else ''})",
+    )
     for g in verdict.get("gates") or []:  # type: ignore[attr-defined]
         iv = g.get("interval") or {}
         result = ("pass" if g["passed"] else "FAIL") + ("" if g["decided"] else " (undecided)")
         name = g["name"] + (f" @{g['concurrency']}" if g.get("concurrency") is not None else "")
-        table.add_row(name, _num(iv.get("estimate")), f"[{_num(iv.get('low'))}, {_num(iv.get('high'))}] {iv.get('kind', '')}" if iv else g.get("note", "-"),
-                      f"{g['op']} {g['threshold']}", result)
-    points = verdict.get("points") or [{"concurrency": None, "summary": summary}]  # a verdict from before operating points
+        table.add_row(
+            name,
+            _num(iv.get("estimate")),
+            f"[{_num(iv.get('low'))}, {_num(iv.get('high'))}] {iv.get('kind', '')}" if iv else g.get("note", "-"),
+            f"{g['op']} {g['threshold']}",
+            result,
+        )
+    points = verdict.get("points") or [
+        {"concurrency": None, "summary": summary}
+    ]  # a verdict from before operating points
     for point in points:  # type: ignore[attr-defined]
         c = point.get("concurrency")
         at = f" @{c}" if c is not None and len(points) > 1 else ""  # type: ignore[arg-type]
         point_summary = current(point.get("summary") or {})
-        per_node = point_summary.get("acceptance_rate_per") == "draft-tree node"  # eagle_topk > 1: sglang counts tree nodes
-        for label, key in (("accept length", "accept_length"),
-                           ("acceptance rate per tree node" if per_node else "acceptance rate", "acceptance_rate"),
-                           ("output tok/s per request", "output_tokens_per_s"), ("decode tok/s", "decode_tokens_per_s"),
-                           ("speedup (output tok/s)", "speedup"), ("TTFT s", "ttft_s"), ("inter-token s", "inter_token_latency_s")):
+        per_node = (
+            point_summary.get("acceptance_rate_per") == "draft-tree node"
+        )  # eagle_topk > 1: sglang counts tree nodes
+        for label, key in (
+            ("accept length", "accept_length"),
+            ("acceptance rate per tree node" if per_node else "acceptance rate", "acceptance_rate"),
+            ("output tok/s per request", "output_tokens_per_s"),
+            ("decode tok/s", "decode_tokens_per_s"),
+            ("speedup (output tok/s)", "speedup"),
+            ("TTFT s", "ttft_s"),
+            ("inter-token s", "inter_token_latency_s"),
+        ):
             iv = point_summary.get(key)
             gated = any(g["name"] == key and g.get("concurrency") in (None, c) for g in verdict.get("gates") or [])  # type: ignore[attr-defined]
             if isinstance(iv, dict) and not gated:
-                table.add_row(f"[dim]{label}{at}[/]", _num(iv.get("estimate")), f"[{_num(iv.get('low'))}, {_num(iv.get('high'))}]", "-", "info")
+                table.add_row(
+                    f"[dim]{label}{at}[/]",
+                    _num(iv.get("estimate")),
+                    f"[{_num(iv.get('low'))}, {_num(iv.get('high'))}]",
+                    "-",
+                    "info",
+                )
         for label, key in (("total tok/s", "wall_tokens_per_s"), ("drafts per verify", "drafts_per_verify")):
             if point_summary.get(key) is not None:
                 table.add_row(f"[dim]{label}{at}[/]", _num(point_summary[key]), "-", "-", "info")
     blocks: list[RenderableType] = [table]
     for d in verdict.get("drift") or []:  # type: ignore[attr-defined]
-        blocks.append(Text.assemble(("  drift ", "bold red"), f"{d['field']}: plan {d['expected']!r}, server {d['reported']!r}"))
+        blocks.append(
+            Text.assemble(("  drift ", "bold red"), f"{d['field']}: plan {d['expected']!r}, server {d['reported']!r}")
+        )
     for f in verdict.get("findings") or []:  # type: ignore[attr-defined]
         if f.get("severity") == "error":
-            blocks.append(Text.assemble(("  error ", "bold red"), (f["code"], "bold"), f" {f['message']}  fix: {f['fix']}"))
+            blocks.append(
+                Text.assemble(("  error ", "bold red"), (f["code"], "bold"), f" {f['message']}  fix: {f['fix']}")
+            )
     return Group(*blocks)
 
 
@@ -138,7 +181,11 @@ def reports_view(hosts: Sequence[Mapping[str, Any]]) -> RenderableType:
     views: list[RenderableType] = []
     for r in hosts:
         verdict = r.get("verdict")
-        views.append(verdict_view(r["host"], verdict) if verdict and verdict.get("gates") is not None else Text(f"{r['host']}: {r['detail']}" + (f" (fix: {r['fix']})" if r.get('fix') else "")))
+        views.append(
+            verdict_view(r["host"], verdict)
+            if verdict and verdict.get("gates") is not None
+            else Text(f"{r['host']}: {r['detail']}" + (f" (fix: {r['fix']})" if r.get("fix") else ""))
+        )
         if r.get("rolled_back_to"):
             views.append(Text(f"{r['host']}: rolled back to {r['rolled_back_to']}"))
             views.append(verdict_view(r["host"], r.get("rollback_verdict")))
@@ -156,13 +203,26 @@ def baseline_view(rows: Sequence[Mapping[str, Any]]) -> RenderableType:
     and the server's total (the data `baseline --json` prints)."""
     from rich.table import Table
 
-    table = Table("host", "baseline run", "concurrency", "requests", "output tok/s per request (95% interval)", "total tok/s",
-                  title="baseline", title_justify="left")
+    table = Table(
+        "host",
+        "baseline run",
+        "concurrency",
+        "requests",
+        "output tok/s per request (95% interval)",
+        "total tok/s",
+        title="baseline",
+        title_justify="left",
+    )
     for r in rows:
         t = r["output_tokens_per_s"] or {}
-        table.add_row(r["host"], r["run"], str(r.get("concurrency", 1)), str(r["requests"]),
-                      f"{t.get('estimate', 0):.1f} [{t.get('low', 0):.1f}, {t.get('high', 0):.1f}]",
-                      _num(r.get("wall_tokens_per_s")))
+        table.add_row(
+            r["host"],
+            r["run"],
+            str(r.get("concurrency", 1)),
+            str(r["requests"]),
+            f"{t.get('estimate', 0):.1f} [{t.get('low', 0):.1f}, {t.get('high', 0):.1f}]",
+            _num(r.get("wall_tokens_per_s")),
+        )
     return table
 
 
@@ -179,7 +239,9 @@ def stages_view(events: Sequence[Any]) -> RenderableType:
         start = began.get((e.host, e.stage))
         took = "-"
         if start and e.event in ("ended", "failed"):
-            seconds = (datetime.fromisoformat(e.at.replace("Z", "+00:00")) - datetime.fromisoformat(start.replace("Z", "+00:00")))
+            seconds = datetime.fromisoformat(e.at.replace("Z", "+00:00")) - datetime.fromisoformat(
+                start.replace("Z", "+00:00")
+            )
             took = f"{seconds.total_seconds():.1f} s"
         style = {"failed": "bold red", "undo-failed": "bold red", "undone": "yellow"}.get(e.event, "")
         table.add_row(e.host, e.stage, Text(e.event, style=style), took, Text(e.detail or ""))
@@ -213,8 +275,9 @@ def _result(row: Mapping[str, Any]) -> str:
     return "ok" if status == "succeeded" else status
 
 
-def runs_view(rows: Sequence[Mapping[str, Any]], *, title: str, wide: bool, width: int, now: datetime,
-              short: Mapping[str, str]) -> RenderableType:
+def runs_view(
+    rows: Sequence[Mapping[str, Any]], *, title: str, wide: bool, width: int, now: datetime, short: Mapping[str, str]
+) -> RenderableType:
     """The ledger's runs (the data `runs --json` prints), one a line. Narrow: the short id (which
     `show`, `diff` and `rollback --to` take back), how long ago, kind, profile and version, the
     verdict, accept length and tokens/s; columns go, least needed first, until the table fits the
@@ -238,18 +301,33 @@ def runs_view(rows: Sequence[Mapping[str, Any]], *, title: str, wide: bool, widt
         return f"{row['profile']} v{row['version']}" if row.get("profile") else "-"
 
     whole = {r["id"]: r["id"] for r in rows}
-    columns: list[tuple[str, Callable[[Mapping[str, Any]], str]]] = [
-        ("run", lambda r: str(r["id"])), ("kind", lambda r: kind(r, whole)), ("profile", profile),
-        ("hosts", lambda r: ",".join(r["hosts"]) or "-"), ("status", lambda r: str(r["status"])),
-        ("verdict", lambda r: "-" if r.get("passed") is None else ("pass" if r["passed"] else "FAIL")),
-        ("accept len", lambda r: _fixed(r.get("accept_length"))), ("acceptance", lambda r: _fixed(r.get("acceptance_rate"))),
-        ("tok/s", lambda r: _fixed(r.get("output_tokens_per_s"))), ("speedup", lambda r: _fixed(r.get("speedup"), suffix="x")),
-        ("TTFT s", lambda r: _fixed(r.get("ttft_s"), 3)), ("started (UTC)", when), ("took", took),
-    ] if wide else [
-        ("run", lambda r: short.get(r["id"], str(r["id"]))), ("when", lambda r: ago(r["started_at"], now)),
-        ("kind", lambda r: kind(r, short)), ("profile", profile), ("result", _result),
-        ("accept", lambda r: _fixed(r.get("accept_length"))), ("tok/s", lambda r: _fixed(r.get("output_tokens_per_s"))),
-    ]
+    columns: list[tuple[str, Callable[[Mapping[str, Any]], str]]] = (
+        [
+            ("run", lambda r: str(r["id"])),
+            ("kind", lambda r: kind(r, whole)),
+            ("profile", profile),
+            ("hosts", lambda r: ",".join(r["hosts"]) or "-"),
+            ("status", lambda r: str(r["status"])),
+            ("verdict", lambda r: "-" if r.get("passed") is None else ("pass" if r["passed"] else "FAIL")),
+            ("accept len", lambda r: _fixed(r.get("accept_length"))),
+            ("acceptance", lambda r: _fixed(r.get("acceptance_rate"))),
+            ("tok/s", lambda r: _fixed(r.get("output_tokens_per_s"))),
+            ("speedup", lambda r: _fixed(r.get("speedup"), suffix="x")),
+            ("TTFT s", lambda r: _fixed(r.get("ttft_s"), 3)),
+            ("started (UTC)", when),
+            ("took", took),
+        ]
+        if wide
+        else [
+            ("run", lambda r: short.get(r["id"], str(r["id"]))),
+            ("when", lambda r: ago(r["started_at"], now)),
+            ("kind", lambda r: kind(r, short)),
+            ("profile", profile),
+            ("result", _result),
+            ("accept", lambda r: _fixed(r.get("accept_length"))),
+            ("tok/s", lambda r: _fixed(r.get("output_tokens_per_s"))),
+        ]
+    )
     cells = [[show(r) for _, show in columns] for r in rows]
     names = [name for name, _ in columns]
     if not wide:

@@ -16,8 +16,18 @@ from specctl.engines.base import (
 )
 from specctl.errors import EngineError
 
-__all__ = ["Convention", "Engine", "HttpContract", "LaunchSpec", "ParseAnswer", "ProbeDisagreement", "ProbeReport", "SpecRewrite",
-           "engine_names", "get_engine"]
+__all__ = [
+    "Convention",
+    "Engine",
+    "HttpContract",
+    "LaunchSpec",
+    "ParseAnswer",
+    "ProbeDisagreement",
+    "ProbeReport",
+    "SpecRewrite",
+    "engine_names",
+    "get_engine",
+]
 
 # name -> "module:attribute"; imported lazily so one engine's data never loads for another
 _REGISTRY = {"sglang": "specctl.engines.sglang:SGLANG", "reference": "specctl.engines.reference.engine:REFERENCE"}

@@ -180,8 +180,14 @@ class Engine(Protocol):
         format it cannot load, a class that is not a drafter, ids that are not integers."""
         ...
 
-    def adaptive_problems(self, version: str, algorithm: str, eagle_topk: int | None, args: Mapping[str, Any],
-                          tiers: Mapping[str, Any] | None) -> list[EngineProblem]:
+    def adaptive_problems(
+        self,
+        version: str,
+        algorithm: str,
+        eagle_topk: int | None,
+        args: Mapping[str, Any],
+        tiers: Mapping[str, Any] | None,
+    ) -> list[EngineProblem]:
         """Why adaptive speculation, as the profile asks for it, would not run on this version."""
         ...
 
@@ -198,7 +204,12 @@ class Engine(Protocol):
         ...
 
     def speculative_rewrites(
-        self, architecture: str, algorithm: str, num_steps: int | None, eagle_topk: int | None, num_draft_tokens: int | None,
+        self,
+        architecture: str,
+        algorithm: str,
+        num_steps: int | None,
+        eagle_topk: int | None,
+        num_draft_tokens: int | None,
     ) -> list[SpecRewrite]:
         """Parameters the engine would rewrite (e.g. topk 1 forces draft tokens) or reject."""
         ...
@@ -221,13 +232,20 @@ class Engine(Protocol):
         digest of the files the probe reads); None when the engine cannot be probed on hosts."""
         ...
 
-    def probe_request(self, architecture: str | None, num_layers: int | None, ids: Sequence[Sequence[int] | None],
-                      needed: Sequence[int] | None, argvs: Sequence[Sequence[str]]) -> dict[str, Any]:
+    def probe_request(
+        self,
+        architecture: str | None,
+        num_layers: int | None,
+        ids: Sequence[Sequence[int] | None],
+        needed: Sequence[int] | None,
+        argvs: Sequence[Sequence[str]],
+    ) -> dict[str, Any]:
         """The probe's request: these ids plus every candidate for `needed`, and the nodes' argv to parse."""
         ...
 
-    def probe_report(self, python: str, architecture: str | None, num_layers: int | None,
-                     answer: Mapping[str, Any]) -> ProbeReport:
+    def probe_report(
+        self, python: str, architecture: str | None, num_layers: int | None, answer: Mapping[str, Any]
+    ) -> ProbeReport:
         """Read a probe answer: a convention backed by the engine's own answers, and where the table disagrees."""
         ...
 

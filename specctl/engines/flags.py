@@ -84,13 +84,23 @@ class FlagCatalog:
             flag = self.lookup(key)
             if flag is None:
                 close = self.suggest(key)
-                fix = f"did you mean {close!r}?" if close else f"remove it; {self.engine} {self.version} has no such flag"
-                problems.append(FlagProblem(key, "unknown", f"--{_normal(key)} is not a flag of {self.engine} {self.version}", fix))
+                fix = (
+                    f"did you mean {close!r}?" if close else f"remove it; {self.engine} {self.version} has no such flag"
+                )
+                problems.append(
+                    FlagProblem(key, "unknown", f"--{_normal(key)} is not a flag of {self.engine} {self.version}", fix)
+                )
                 continue
             owner = next((field for name, field in reserved.items() if self.lookup(name) == flag), None)
             if owner is not None:
-                problems.append(FlagProblem(key, "reserved", f"{flag.primary} is rendered by specctl from the profile",
-                                            f"set `{owner}` in the profile instead"))
+                problems.append(
+                    FlagProblem(
+                        key,
+                        "reserved",
+                        f"{flag.primary} is rendered by specctl from the profile",
+                        f"set `{owner}` in the profile instead",
+                    )
+                )
                 continue
             problem = _value_problem(flag, key, value)
             if problem:
@@ -137,23 +147,37 @@ def _text(value: Any) -> str:
 def _value_problem(flag: Flag, key: str, value: Any) -> FlagProblem | None:
     if flag.is_switch:
         if not isinstance(value, bool):
-            return FlagProblem(key, "type", f"{flag.primary} is a switch and takes no value, got {value!r}",
-                               f"write `{key}: true` (or false to leave it out)")
+            return FlagProblem(
+                key,
+                "type",
+                f"{flag.primary} is a switch and takes no value, got {value!r}",
+                f"write `{key}: true` (or false to leave it out)",
+            )
         if value is False and not any(f.startswith("--no-") for f in flag.flags) and flag.default not in (False, None):
-            return FlagProblem(key, "type", f"{flag.primary} cannot be switched off from the command line", f"remove `{key}`")
+            return FlagProblem(
+                key, "type", f"{flag.primary} cannot be switched off from the command line", f"remove `{key}`"
+            )
         return None
     values = value if isinstance(value, list) else [value]
     if isinstance(value, list) and not flag.takes_list:
-        return FlagProblem(key, "type", f"{flag.primary} takes one value, got a list", f"write a single value for `{key}`")
+        return FlagProblem(
+            key, "type", f"{flag.primary} takes one value, got a list", f"write a single value for `{key}`"
+        )
     if flag.takes_list and flag.nargs == "+" and not values:
         return FlagProblem(key, "type", f"{flag.primary} needs at least one value", f"give `{key}` a non-empty list")
     accepted = _NUMERIC.get(flag.type or "")
     for item in values:
         if isinstance(item, bool) or (accepted and not isinstance(item, accepted)):
-            want = {"int": "an integer", "float": "a number", "human_readable_int": "an integer or a size like 128k"}.get(flag.type or "", "text")
+            want = {
+                "int": "an integer",
+                "float": "a number",
+                "human_readable_int": "an integer or a size like 128k",
+            }.get(flag.type or "", "text")
             return FlagProblem(key, "type", f"{flag.primary} expects {want}, got {item!r}", f"write {want} for `{key}`")
         if flag.type == "int" and not isinstance(item, int):
-            return FlagProblem(key, "type", f"{flag.primary} expects an integer, got {item!r}", f"write an integer for `{key}`")
+            return FlagProblem(
+                key, "type", f"{flag.primary} expects an integer, got {item!r}", f"write an integer for `{key}`"
+            )
         if flag.choices is not None and item not in flag.choices:
             close = difflib.get_close_matches(str(item), [str(c) for c in flag.choices], n=1, cutoff=0.6)
             fix = f"did you mean {close[0]!r}?" if close else "use one of: " + ", ".join(map(str, flag.choices))
@@ -227,7 +251,7 @@ def _store(path: Path) -> _Store:
     if releases_at < 0 or records_at < 0:
         raise ValueError(f"{path}: not laid out as scripts/gen_sglang_flags.py writes it")
     header = json.loads(data[:releases_at].rstrip().rstrip(b",") + b"}")
-    releases = data[releases_at + len(_RELEASES_KEY):records_at].split(b"\n")
+    releases = data[releases_at + len(_RELEASES_KEY) : records_at].split(b"\n")
     lines = {line.split(b'"', 2)[1].decode(): line for line in releases if line}
     first_record = data.count(b"\n", 0, records_at + len(_RECORDS_KEY))
     return _Store(header["engine"], header["unavailable"], lines, data, first_record)
@@ -236,7 +260,7 @@ def _store(path: Path) -> _Store:
 def _apply(newer: list[int], edit: Iterable[Sequence[Any]]) -> list[int]:
     numbers: list[int] = []
     for source, first, count in edit:
-        numbers.extend(newer[first:first + count] if source == "keep" else range(first, first + count))
+        numbers.extend(newer[first : first + count] if source == "keep" else range(first, first + count))
     return numbers
 
 
@@ -267,11 +291,21 @@ def load_catalog(path: Path, version: str) -> FlagCatalog:
 
 def _flag(row: Sequence[Any]) -> Flag:
     flags, dest, action, type_, nargs, default, choices, required = row[:8]
-    return Flag(tuple(flags), dest, action, type_, nargs, default, tuple(choices) if choices is not None else None, bool(required))
+    return Flag(
+        tuple(flags),
+        dest,
+        action,
+        type_,
+        nargs,
+        default,
+        tuple(choices) if choices is not None else None,
+        bool(required),
+    )
 
 
-def encode_store(engine: str, releases: Mapping[str, Mapping[str, Any]], unavailable: Mapping[str, str],
-                 meta: Mapping[str, Any]) -> str:
+def encode_store(
+    engine: str, releases: Mapping[str, Mapping[str, Any]], unavailable: Mapping[str, str], meta: Mapping[str, Any]
+) -> str:
     """The store's text for `releases` (version -> {"arguments": [dicts], other metadata}, oldest
     first) and the versions that have no catalog, with why."""
     numbers: dict[str, int] = {}
@@ -280,15 +314,22 @@ def encode_store(engine: str, releases: Mapping[str, Mapping[str, Any]], unavail
     for version in reversed(list(releases)):
         rows = [numbers.setdefault(_row_text(argument), len(numbers)) for argument in releases[version]["arguments"]]
         edits[version], newer = _edit(newer, rows), rows
-    encoded = {version: {"arguments": edits[version], **{k: v for k, v in entry.items() if k != "arguments"}}
-               for version, entry in releases.items()}
+    encoded = {
+        version: {"arguments": edits[version], **{k: v for k, v in entry.items() if k != "arguments"}}
+        for version, entry in releases.items()
+    }
     out = ["{"]
     out += [f" {json.dumps(key)}: {json.dumps(value, ensure_ascii=False)}," for key, value in meta.items()]
     out.append(f' "engine": {json.dumps(engine)},')
     out.append(f' "fields": {json.dumps(list(FIELDS))},')
-    out.append(' "unavailable": {' + "".join(
-        f"\n  {json.dumps(v)}: {json.dumps(why, ensure_ascii=False)}," for v, why in unavailable.items()).rstrip(",")
-        + ("\n " if unavailable else "") + "},")
+    out.append(
+        ' "unavailable": {'
+        + "".join(
+            f"\n  {json.dumps(v)}: {json.dumps(why, ensure_ascii=False)}," for v, why in unavailable.items()
+        ).rstrip(",")
+        + ("\n " if unavailable else "")
+        + "},"
+    )
     out.append(' "releases": {')
     out.append(",\n".join(f"  {json.dumps(v)}: {json.dumps(e, ensure_ascii=False)}" for v, e in encoded.items()))
     out.append(" },")

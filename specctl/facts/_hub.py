@@ -18,7 +18,6 @@ from typing import Any
 from specctl.errors import CheckpointError
 from specctl.facts.checkpoint import INDEX_FILE, SINGLE_FILE, CheckpointMeta, Tensor, read_header, shard_names
 
-
 REACH_TIMEOUT_S = 5.0
 
 
@@ -26,8 +25,9 @@ REACH_TIMEOUT_S = 5.0
 def unreachable(endpoint: str) -> str | None:
     """Why the Hub at `endpoint` does not answer (one attempt), or None when it does."""
     try:
-        urllib.request.urlopen(urllib.request.Request(endpoint.rstrip("/") + "/api/whoami-v2", method="HEAD"),
-                               timeout=REACH_TIMEOUT_S).close()
+        urllib.request.urlopen(
+            urllib.request.Request(endpoint.rstrip("/") + "/api/whoami-v2", method="HEAD"), timeout=REACH_TIMEOUT_S
+        ).close()
     except urllib.error.HTTPError:
         return None  # it answered (401 without a token is an answer)
     except (urllib.error.URLError, OSError) as exc:
@@ -63,15 +63,21 @@ def read_repo(repo: str, revision: str | None, *, offline: bool) -> CheckpointMe
                 raise CheckpointError(
                     f"{where}: config.json is not in the local Hugging Face cache"
                     + (f" and the Hub at {hub_endpoint()} does not answer ({why_not})" if why_not else " (offline)"),
-                    source=repo, revision=revision,
-                    fix=f"run `hf download {repo} --revision {revision or 'main'} --include '*.json'` where the Hub is reachable",
+                    source=repo,
+                    revision=revision,
+                    fix=f"run `hf download {repo} --revision {revision or 'main'} --include '*.json'` "
+                    "where the Hub is reachable",
                 ) from None
             return None
         except EntryNotFoundError:
             return None
         except HfHubHTTPError as exc:
-            raise CheckpointError(f"{where}: {exc}", source=repo, revision=revision,
-                                  fix="check the repo id and revision, and HF_TOKEN for gated repos") from None
+            raise CheckpointError(
+                f"{where}: {exc}",
+                source=repo,
+                revision=revision,
+                fix="check the repo id and revision, and HF_TOKEN for gated repos",
+            ) from None
 
     config_path = fetch("config.json")
     assert config_path is not None
@@ -99,8 +105,11 @@ def read_repo(repo: str, revision: str | None, *, offline: bool) -> CheckpointMe
     if missing:
         raise CheckpointError(
             f"{where}: safetensors headers of {len(missing)} shard(s) are not available offline (e.g. {missing[0]})",
-            source=repo, revision=revision,
+            source=repo,
+            revision=revision,
             fix="run once with the Hub reachable (only headers are fetched), or download the shards",
         )
-    files = tuple(sorted({*shards, "config.json", *([INDEX_FILE] if index else []), *(p.name for p in snapshot.iterdir())}))
+    files = tuple(
+        sorted({*shards, "config.json", *([INDEX_FILE] if index else []), *(p.name for p in snapshot.iterdir())})
+    )
     return CheckpointMeta(repo, revision, config, files, tensors)

@@ -52,8 +52,10 @@ def _open_regular(path: str, limit: int, kind: str) -> int:
     try:
         before = os.stat(path)
     except OSError as exc:
-        raise Refused("missing-file" if exc.errno in (errno.ENOENT, errno.ENOTDIR) else "unreadable",
-                      f"{path}: {_os_problem(exc)}") from None
+        raise Refused(
+            "missing-file" if exc.errno in (errno.ENOENT, errno.ENOTDIR) else "unreadable",
+            f"{path}: {_os_problem(exc)}",
+        ) from None
     _judge(path, before, limit, kind)
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
@@ -116,10 +118,14 @@ def read_header(path: str, limit: int) -> dict[str, list[Any]]:
     try:
         prefix = _read_exactly(fd, 8)
         if len(prefix) != 8:
-            raise Refused("header", f"cannot read safetensors header of {path}: file shorter than the 8-byte header length")
+            raise Refused(
+                "header", f"cannot read safetensors header of {path}: file shorter than the 8-byte header length"
+            )
         (length,) = struct.unpack("<Q", prefix)
         if length > limit:
-            raise Refused("header", f"cannot read safetensors header of {path}: header length {length} exceeds the format's limit")
+            raise Refused(
+                "header", f"cannot read safetensors header of {path}: header length {length} exceeds the format's limit"
+            )
         raw = _read_exactly(fd, length)
         if len(raw) != length:
             raise Refused("header", f"cannot read safetensors header of {path}: file ends inside the header")

@@ -133,14 +133,24 @@ class CheckpointMeta:
     def summary(self) -> dict[str, Any]:
         """The facts as plain data, for --json and the ledger."""
         return {
-            "source": self.source, "revision": self.revision, "architecture": self.architecture,
-            "model_type": self.model_type, "num_hidden_layers": self.num_hidden_layers, "hidden_size": self.hidden_size,
-            "num_attention_heads": self.num_attention_heads, "num_key_value_heads": self.num_key_value_heads,
-            "vocab_size": self.vocab_size, "tie_word_embeddings": self.tie_word_embeddings,
+            "source": self.source,
+            "revision": self.revision,
+            "architecture": self.architecture,
+            "model_type": self.model_type,
+            "num_hidden_layers": self.num_hidden_layers,
+            "hidden_size": self.hidden_size,
+            "num_attention_heads": self.num_attention_heads,
+            "num_key_value_heads": self.num_key_value_heads,
+            "vocab_size": self.vocab_size,
+            "tie_word_embeddings": self.tie_word_embeddings,
             "eagle_config": dict(self.eagle_config) if self.eagle_config is not None else None,
-            "top_level_eagle_keys": dict(self.top_level_eagle_keys), "target_hidden_size": self.target_hidden_size,
-            "draft_vocab_size": self.draft_vocab_size, "fc_weight_shape": list(self.fc_weight_shape) if self.fc_weight_shape else None,
-            "d2t_length": self.d2t_length, "weight_bytes_by_dtype": self.weight_bytes_by_dtype, "weight_bytes": self.weight_bytes,
+            "top_level_eagle_keys": dict(self.top_level_eagle_keys),
+            "target_hidden_size": self.target_hidden_size,
+            "draft_vocab_size": self.draft_vocab_size,
+            "fc_weight_shape": list(self.fc_weight_shape) if self.fc_weight_shape else None,
+            "d2t_length": self.d2t_length,
+            "weight_bytes_by_dtype": self.weight_bytes_by_dtype,
+            "weight_bytes": self.weight_bytes,
         }
 
 
@@ -154,8 +164,11 @@ def read_checkpoint(model: str, revision: str | None = None, *, offline: bool = 
     if path.is_dir():
         return read_local(path, revision)
     if model.startswith(("/", ".", "~")):
-        raise CheckpointError(f"checkpoint directory {model} does not exist", source=model,
-                              fix="fix the path, or run check where the checkpoint is (or against its HF repo id)")
+        raise CheckpointError(
+            f"checkpoint directory {model} does not exist",
+            source=model,
+            fix="fix the path, or run check where the checkpoint is (or against its HF repo id)",
+        )
     from specctl.facts import _hub  # huggingface_hub only when a repo id is read
 
     return _hub.read_repo(model, revision, offline=offline)
@@ -164,13 +177,18 @@ def read_checkpoint(model: str, revision: str | None = None, *, offline: bool = 
 def read_local(path: Path, revision: str | None = None) -> CheckpointMeta:
     """Metadata of a checkpoint directory: config.json plus the headers of its safetensors shards."""
     config = _read_config(path / "config.json", str(path))
-    shards = shard_names(_read_json(path / INDEX_FILE, str(path)) if (path / INDEX_FILE).exists() else None,
-                         (p.name for p in path.glob("*.safetensors")))
+    shards = shard_names(
+        _read_json(path / INDEX_FILE, str(path)) if (path / INDEX_FILE).exists() else None,
+        (p.name for p in path.glob("*.safetensors")),
+    )
     tensors: dict[str, Tensor] = {}
     for shard in shards:
         if not (path / shard).exists():
-            raise CheckpointError(f"shard {shard} listed in {INDEX_FILE} is missing from {path}", source=str(path),
-                                  fix="download the complete checkpoint, or fix the index")
+            raise CheckpointError(
+                f"shard {shard} listed in {INDEX_FILE} is missing from {path}",
+                source=str(path),
+                fix="download the complete checkpoint, or fix the index",
+            )
         tensors.update(read_header(path / shard))
     files = tuple(sorted(p.name for p in path.iterdir() if p.is_file() or p.is_symlink()))
     return CheckpointMeta(str(path), revision, config, files, tensors)
@@ -201,8 +219,11 @@ def read_header(path: Path) -> dict[str, Tensor]:
                 raise ValueError("file ends inside the header")
         header = json.loads(raw)
     except (OSError, ValueError) as exc:
-        raise CheckpointError(f"cannot read safetensors header of {path}: {exc}", source=str(path),
-                              fix="re-download the shard; it is truncated or not a safetensors file") from None
+        raise CheckpointError(
+            f"cannot read safetensors header of {path}: {exc}",
+            source=str(path),
+            fix="re-download the shard; it is truncated or not a safetensors file",
+        ) from None
     return parse_header(header, str(path))
 
 
@@ -215,8 +236,9 @@ def parse_header(header: Mapping[str, Any], source: str) -> dict[str, Tensor]:
             start, end = entry["data_offsets"]
             tensors[name] = Tensor(str(entry["dtype"]), tuple(int(d) for d in entry["shape"]), int(end) - int(start))
         except (KeyError, TypeError, ValueError):
-            raise CheckpointError(f"malformed safetensors header entry {name!r} in {source}", source=source,
-                                  fix="re-download the shard") from None
+            raise CheckpointError(
+                f"malformed safetensors header entry {name!r} in {source}", source=source, fix="re-download the shard"
+            ) from None
     return tensors
 
 
@@ -232,10 +254,15 @@ def _read_json(path: Path, source: str) -> dict[str, Any]:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
-        raise CheckpointError(f"{path.name} not found in {source}", source=source,
-                              fix="point the profile at a Hugging Face checkpoint directory (config.json + *.safetensors)") from None
+        raise CheckpointError(
+            f"{path.name} not found in {source}",
+            source=source,
+            fix="point the profile at a Hugging Face checkpoint directory (config.json + *.safetensors)",
+        ) from None
     except (OSError, ValueError) as exc:
-        raise CheckpointError(f"cannot parse {path}: {exc}", source=source, fix="re-download the file; it is not valid JSON") from None
+        raise CheckpointError(
+            f"cannot parse {path}: {exc}", source=source, fix="re-download the file; it is not valid JSON"
+        ) from None
     if not isinstance(data, dict):
         raise CheckpointError(f"{path} is not a JSON object", source=source, fix="re-download the file")
     return data

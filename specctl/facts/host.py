@@ -10,7 +10,7 @@ from typing import Any
 from specctl.hosts.transport import Completed, Transport
 
 # $1 python, $2 state root, $3 port, $4 engine distribution. Prints one JSON object per fact line.
-_FACTS = r'''
+_FACTS = r"""
 py="$1"; root="$2"; port="$3"; dist="$4"
 if command -v nvidia-smi >/dev/null 2>&1; then
   nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader,nounits 2>/dev/null | sed 's/^/gpu=/'
@@ -35,7 +35,7 @@ try:
 except OSError:
     print("port_free=no")
 PY
-'''
+"""
 
 
 @dataclass(frozen=True)
@@ -66,8 +66,13 @@ def script() -> str:
 
 
 def gather(transport: Transport, *, python: str, root: str, port: int, distribution: str) -> HostFacts:
-    return read(transport.name, port, transport.run(command(python=python, root=root, port=port, distribution=distribution),
-                                                    check=False, timeout_s=60))
+    return read(
+        transport.name,
+        port,
+        transport.run(
+            command(python=python, root=root, port=port, distribution=distribution), check=False, timeout_s=60
+        ),
+    )
 
 
 def read(host: str, port: int, done: Completed) -> HostFacts:
@@ -82,9 +87,13 @@ def read(host: str, port: int, done: Completed) -> HostFacts:
             values[key] = value.strip()
     free = values.get("disk_free_kib")
     return HostFacts(
-        host, tuple(gpus), values.get("cuda"), None if values.get("python") in (None, "missing") else values["python"],
+        host,
+        tuple(gpus),
+        values.get("cuda"),
+        None if values.get("python") in (None, "missing") else values["python"],
         None if values.get("engine") in (None, "missing") else values["engine"],
-        round(int(free) / 1024**2, 2) if free and free.isdigit() else None, port,
+        round(int(free) / 1024**2, 2) if free and free.isdigit() else None,
+        port,
         {"yes": True, "no": False}.get(values.get("port_free", "")),
     )
 

@@ -33,7 +33,10 @@ _SCRIPT = Path(__file__).with_name("_meta_host.py")  # read when a host is asked
 _SHOWN = 3  # differences named per kind before "and N more"
 
 _FIXES = {
-    "missing": "copy the checkpoint to {path} on {host}, or fix the path (a model given as an absolute path is a directory on the hosts)",
+    "missing": (
+        "copy the checkpoint to {path} on {host}, or fix the path "
+        "(a model given as an absolute path is a directory on the hosts)"
+    ),
     "not-directory": "point the model at the checkpoint directory",
     "no-config": "point the profile at a Hugging Face checkpoint directory (config.json + *.safetensors)",
     "shard-missing": "copy the complete checkpoint to {host}, or fix the index",
@@ -60,8 +63,9 @@ class HostCheckpoint:
         if self.problem is None:
             return None
         fix = _FIXES.get(self.kind or "", "check the file on {host}").format(path=self.path, host=self.host)
-        return CheckpointError(f"on host {self.host}: {self.problem}", source=self.path,
-                               revision=self.revision, fix=fix)
+        return CheckpointError(
+            f"on host {self.host}: {self.problem}", source=self.path, revision=self.revision, fix=fix
+        )
 
     @property
     def result(self) -> CheckpointMeta | CheckpointError:
@@ -73,13 +77,18 @@ class HostCheckpoint:
 
 
 def command(python: str, paths: Sequence[str]) -> list[str]:
-    request = {"paths": list(paths), "index_file": INDEX_FILE, "max_header_bytes": MAX_HEADER_BYTES,
-               "max_json_bytes": MAX_CHECKPOINT_JSON_BYTES}
+    request = {
+        "paths": list(paths),
+        "index_file": INDEX_FILE,
+        "max_header_bytes": MAX_HEADER_BYTES,
+        "max_json_bytes": MAX_CHECKPOINT_JSON_BYTES,
+    }
     return [python, "-c", _SCRIPT.read_text(encoding="utf-8"), json.dumps(request, sort_keys=True)]
 
 
-def read_all(transport: Transport, python: str, paths: Sequence[str],
-             revisions: Mapping[str, str | None] | None = None) -> dict[str, HostCheckpoint]:
+def read_all(
+    transport: Transport, python: str, paths: Sequence[str], revisions: Mapping[str, str | None] | None = None
+) -> dict[str, HostCheckpoint]:
     """Every path's checkpoint as the host has it, in one round trip. A host that cannot run the
     reader (unreachable, no such interpreter) raises HostError; a checkpoint it cannot read is an
     answer (`HostCheckpoint.error`)."""
@@ -90,8 +99,11 @@ def read_all(transport: Transport, python: str, paths: Sequence[str],
     for path in paths:
         entry = next((a for a in answers if isinstance(a, dict) and a.get("path") == path), None)
         if entry is None:
-            raise HostError(f"{transport.name}: the checkpoint reader did not answer for {path}", host=transport.name,
-                            fix="run the check again; report it if it persists")
+            raise HostError(
+                f"{transport.name}: the checkpoint reader did not answer for {path}",
+                host=transport.name,
+                fix="run the check again; report it if it persists",
+            )
         out[path] = _checkpoint(transport.name, entry, (revisions or {}).get(path))
     return out
 
@@ -116,10 +128,16 @@ def _answer(host: str, python: str, done: Completed) -> list[Any]:
             return found
     tail = " | ".join((done.stderr or done.stdout).strip().splitlines()[-3:])
     if done.rc == 127:
-        raise HostError(f"{host}: cannot read checkpoint metadata: {python} not found ({tail})", host=host,
-                        fix="set engine.python in the profile to the engine's interpreter on the host")
-    raise HostError(f"{host}: the checkpoint reader exited {done.rc} without an answer: {tail}", host=host,
-                    fix=f"check that {python} (engine.python) runs on {host}")
+        raise HostError(
+            f"{host}: cannot read checkpoint metadata: {python} not found ({tail})",
+            host=host,
+            fix="set engine.python in the profile to the engine's interpreter on the host",
+        )
+    raise HostError(
+        f"{host}: the checkpoint reader exited {done.rc} without an answer: {tail}",
+        host=host,
+        fix=f"check that {python} (engine.python) runs on {host}",
+    )
 
 
 def _checkpoint(host: str, entry: Mapping[str, Any], revision: str | None) -> HostCheckpoint:
@@ -130,13 +148,18 @@ def _checkpoint(host: str, entry: Mapping[str, Any], revision: str | None) -> Ho
     try:
         config = entry["config"]
         assert isinstance(config, dict)
-        tensors = {str(name): Tensor(str(dtype), tuple(int(d) for d in shape), int(nbytes))
-                   for name, (dtype, shape, nbytes) in entry["tensors"].items()}
+        tensors = {
+            str(name): Tensor(str(dtype), tuple(int(d) for d in shape), int(nbytes))
+            for name, (dtype, shape, nbytes) in entry["tensors"].items()
+        }
         files = tuple(str(f) for f in entry["files"])
         shards = tuple(str(s) for s in entry["shards"])
     except (KeyError, TypeError, ValueError, AssertionError, AttributeError):
-        raise HostError(f"{host}: the checkpoint reader's answer for {path} is malformed", host=host,
-                        fix="run the check again; report it if it persists") from None
+        raise HostError(
+            f"{host}: the checkpoint reader's answer for {path} is malformed",
+            host=host,
+            fix="run the check again; report it if it persists",
+        ) from None
     return HostCheckpoint(host, path, revision, CheckpointMeta(path, revision, config, files, tensors), shards)
 
 
@@ -153,34 +176,55 @@ class HostRead:
     @property
     def where(self) -> str:
         how = " over SSH" if self.over_ssh else ""
-        text = f"host {self.hosts[0]}{how}" if len(self.hosts) == 1 else \
-            f"hosts {', '.join(self.hosts)}{how} (the same on each)"
+        text = (
+            f"host {self.hosts[0]}{how}"
+            if len(self.hosts) == 1
+            else f"hosts {', '.join(self.hosts)}{how} (the same on each)"
+        )
         if self.unanswered:
             text += "; not answering: " + "; ".join(f"{h}: {why}" for h, why in self.unanswered.items())
         return text
 
 
-def read_on_first(hosts: Sequence[HostSpec], python: str, paths: Sequence[str], *,
-                  revisions: Mapping[str, str | None] | None = None, ssh_config: str | None = None,
-                  accept_new_host_key: bool = False) -> HostRead:
+def read_on_first(
+    hosts: Sequence[HostSpec],
+    python: str,
+    paths: Sequence[str],
+    *,
+    revisions: Mapping[str, str | None] | None = None,
+    ssh_config: str | None = None,
+    accept_new_host_key: bool = False,
+) -> HostRead:
     """The checkpoints as the first host has them (a check's answer; the others are assumed to hold
     the same, which a deploy verifies). A host that does not answer is a HostError: trying the next
     ones could cost a connect timeout each, and `--on HOST` names another."""
     host = hosts[0]
-    found = read_all(host.transport(ssh_config=ssh_config, accept_new_host_key=accept_new_host_key), python, paths, revisions)
+    found = read_all(
+        host.transport(ssh_config=ssh_config, accept_new_host_key=accept_new_host_key), python, paths, revisions
+    )
     return HostRead({p: c.result for p, c in found.items()}, (host.name,), not _this_machine(host))
 
 
-def read_on_hosts(hosts: Sequence[HostSpec], python: str, paths: Sequence[str], *,
-                  revisions: Mapping[str, str | None] | None = None, ssh_config: str | None = None,
-                  accept_new_host_key: bool = False) -> HostRead:
+def read_on_hosts(
+    hosts: Sequence[HostSpec],
+    python: str,
+    paths: Sequence[str],
+    *,
+    revisions: Mapping[str, str | None] | None = None,
+    ssh_config: str | None = None,
+    accept_new_host_key: bool = False,
+) -> HostRead:
     """The checkpoints as every host has them, read in parallel (one round trip each), compared:
     CheckpointError naming the hosts and what differs when they are not the same. A host that
     cannot be reached is left out (the deploy fails it on its own); none answering is a HostError."""
     from specctl.hosts.group import run_group
 
-    group = run_group(hosts, lambda h: read_all(h.transport(ssh_config=ssh_config, accept_new_host_key=accept_new_host_key),
-                                                python, paths, revisions))
+    group = run_group(
+        hosts,
+        lambda h: read_all(
+            h.transport(ssh_config=ssh_config, accept_new_host_key=accept_new_host_key), python, paths, revisions
+        ),
+    )
     answered = [h for h in hosts if h.name in group.results]
     if not answered:
         failure = next(iter(group.errors.values()))
@@ -188,13 +232,19 @@ def read_on_hosts(hosts: Sequence[HostSpec], python: str, paths: Sequence[str], 
     unanswered = {name: getattr(exc, "message", str(exc)) for name, exc in group.errors.items()}
     problems = [text for path in paths if (text := differences([group.results[h.name][path] for h in answered]))]
     if problems:
-        raise CheckpointError("the hosts hold different checkpoints under the same path: " + "; ".join(problems),
-                              source=paths[0],
-                              fix="make the checkpoint identical on every host (copy it from one to the others), "
-                                  "or deploy to the hosts that agree (--hosts); nothing was stopped")
+        raise CheckpointError(
+            "the hosts hold different checkpoints under the same path: " + "; ".join(problems),
+            source=paths[0],
+            fix="make the checkpoint identical on every host (copy it from one to the others), "
+            "or deploy to the hosts that agree (--hosts); nothing was stopped",
+        )
     first = group.results[answered[0].name]
-    return HostRead({p: first[p].result for p in paths}, tuple(h.name for h in answered),
-                    not all(_this_machine(h) for h in answered), unanswered)
+    return HostRead(
+        {p: first[p].result for p in paths},
+        tuple(h.name for h in answered),
+        not all(_this_machine(h) for h in answered),
+        unanswered,
+    )
 
 
 def differences(copies: Sequence[HostCheckpoint]) -> str | None:
@@ -230,18 +280,32 @@ def _differ(a: HostCheckpoint, b: HostCheckpoint) -> list[str]:
     out = []
     only_a, only_b = sorted(set(a.shards) - set(b.shards)), sorted(set(b.shards) - set(a.shards))
     if only_a or only_b:
-        out.append("shard set: " + ", ".join(
-            [f"only {a.host} has {_few(only_a)}"] * bool(only_a) + [f"only {b.host} has {_few(only_b)}"] * bool(only_b)))
+        out.append(
+            "shard set: "
+            + ", ".join(
+                [f"only {a.host} has {_few(only_a)}"] * bool(only_a)
+                + [f"only {b.host} has {_few(only_b)}"] * bool(only_b)
+            )
+        )
     keys = sorted(k for k in {*a.meta.config, *b.meta.config} if a.meta.config.get(k) != b.meta.config.get(k))
     if keys:
-        out.append("config.json " + ", ".join(
-            f"{k}: {_short(a.meta.config.get(k))} on {a.host}, {_short(b.meta.config.get(k))} on {b.host}"
-            for k in keys[:_SHOWN]) + (f" (and {len(keys) - _SHOWN} more keys)" if len(keys) > _SHOWN else ""))
+        out.append(
+            "config.json "
+            + ", ".join(
+                f"{k}: {_short(a.meta.config.get(k))} on {a.host}, {_short(b.meta.config.get(k))} on {b.host}"
+                for k in keys[:_SHOWN]
+            )
+            + (f" (and {len(keys) - _SHOWN} more keys)" if len(keys) > _SHOWN else "")
+        )
     names = sorted(n for n in {*a.meta.tensors, *b.meta.tensors} if a.meta.tensors.get(n) != b.meta.tensors.get(n))
     if names:
-        out.append(f"header tensors ({len(names)} differ): " + ", ".join(
-            f"{n}: {_tensor(a.meta.tensors.get(n))} on {a.host}, {_tensor(b.meta.tensors.get(n))} on {b.host}"
-            for n in names[:_SHOWN]))
+        out.append(
+            f"header tensors ({len(names)} differ): "
+            + ", ".join(
+                f"{n}: {_tensor(a.meta.tensors.get(n))} on {a.host}, {_tensor(b.meta.tensors.get(n))} on {b.host}"
+                for n in names[:_SHOWN]
+            )
+        )
     return out
 
 
@@ -285,5 +349,11 @@ class ReadOnHosts:
         if not hosts:
             return None
         read = read_on_hosts if self.every else read_on_first
-        return read(hosts, profile.engine.python, list(models), revisions=models, ssh_config=self.ssh_config,
-                    accept_new_host_key=self.accept_new_host_key)
+        return read(
+            hosts,
+            profile.engine.python,
+            list(models),
+            revisions=models,
+            ssh_config=self.ssh_config,
+            accept_new_host_key=self.accept_new_host_key,
+        )

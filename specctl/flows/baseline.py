@@ -33,10 +33,18 @@ BASELINE_SUFFIX = "-baseline"
 
 def baseline_key(profile: Profile, workload_sha256: str) -> str:
     """What makes a baseline comparable: target and revision, TP, GPU type, engine and version, workload."""
-    key: dict[str, object] = {"target": profile.target.model, "revision": profile.target.revision, "tp": profile.parallel.tp,
-           "nnodes": profile.parallel.nnodes, "gpu": profile.hardware.gpu, "engine": profile.engine.name,
-           "engine_version": profile.engine.version, "workload_sha256": workload_sha256,
-           "max_new_tokens": profile.verify.max_new_tokens, "temperature": profile.verify.temperature}
+    key: dict[str, object] = {
+        "target": profile.target.model,
+        "revision": profile.target.revision,
+        "tp": profile.parallel.tp,
+        "nnodes": profile.parallel.nnodes,
+        "gpu": profile.hardware.gpu,
+        "engine": profile.engine.name,
+        "engine_version": profile.engine.version,
+        "workload_sha256": workload_sha256,
+        "max_new_tokens": profile.verify.max_new_tokens,
+        "temperature": profile.verify.temperature,
+    }
     v = profile.verify
     if v.points != (1,) or v.request_rate or v.stream:  # only then: a key from before operating points stays valid
         key |= {"points": list(v.points), "request_rate": v.request_rate, "stream": v.stream}
@@ -50,39 +58,76 @@ def baseline(ctx: Context, report: CheckReport, host: HostSpec) -> tuple[str, Ba
     workload = profile_workload(report)
     session = ctx.session(host, name)
     the_plan = plan(report, baseline=True, node0_address=HEAD_ADDRESS if host.slurm is not None else None)
-    with recording(ctx, "baseline", hosts=[host.name], baseline_key=baseline_key(profile, workload.sha256),
-                   inputs={"workload": workload.name, "workload_sha256": workload.sha256}, **profile_fields(report)) as rec:
+    with recording(
+        ctx,
+        "baseline",
+        hosts=[host.name],
+        baseline_key=baseline_key(profile, workload.sha256),
+        inputs={"workload": workload.name, "workload_sha256": workload.sha256},
+        **profile_fields(report),
+    ) as rec:
         with session.locked(rec.run_id):
             release = session.release(rec.run_id, name + BASELINE_SUFFIX)
-            change = Change(session, release, port=profile.engine.port,
-                            python=profile.engine.python, distribution=report.inputs.engine.distribution(),
-                            startup_stages=report.inputs.engine.startup_stages(), budget_s=ctx.budget_s,
-                            files=release_contents(report, the_plan, dataclasses.replace(
-                                the_plan.nodes[0], env=host_env(the_plan.nodes[0].env, host.hf_home)),
-                                cluster=host.slurm, release=release, hf_home=host.hf_home),
-                            clear=(name, name + BASELINE_SUFFIX), checkpoints=profile_checkpoints(profile, baseline=True),
-                            stage_env=host_env(profile.engine.env, host.hf_home))
+            change = Change(
+                session,
+                release,
+                port=profile.engine.port,
+                python=profile.engine.python,
+                distribution=report.inputs.engine.distribution(),
+                startup_stages=report.inputs.engine.startup_stages(),
+                budget_s=ctx.budget_s,
+                files=release_contents(
+                    report,
+                    the_plan,
+                    dataclasses.replace(the_plan.nodes[0], env=host_env(the_plan.nodes[0].env, host.hf_home)),
+                    cluster=host.slurm,
+                    release=release,
+                    hf_home=host.hf_home,
+                ),
+                clear=(name, name + BASELINE_SUFFIX),
+                checkpoints=profile_checkpoints(profile, baseline=True),
+                stage_env=host_env(profile.engine.env, host.hf_home),
+            )
             walk = Walk(rec.events(host.name), before=ctx.cancel.check)
             measured: list[list[PointResult]] = []
 
             def measure_stage() -> None:
                 client = EngineClient(session.server_url(change.release, profile.engine.port), cancel=ctx.cancel)
-                prompts = release_prompts(change.release, read_release(change.release), report.inputs.engine, ids=v.stream)
+                prompts = release_prompts(
+                    change.release, read_release(change.release), report.inputs.engine, ids=v.stream
+                )
                 warm_up(client, prompts, max_new_tokens=v.max_new_tokens, temperature=v.temperature)
-                measured.append(measure_points(client, prompts, v, gated=False, cancelled=lambda: ctx.cancel.cancelled,
-                                               progress=lambda text: session.progress(f"baseline {text}")))
+                measured.append(
+                    measure_points(
+                        client,
+                        prompts,
+                        v,
+                        gated=False,
+                        cancelled=lambda: ctx.cancel.cancelled,
+                        progress=lambda text: session.progress(f"baseline {text}"),
+                    )
+                )
                 ctx.cancel.check()
 
             walk.run([*change.stages(), Stage("measure", measure_stage)])
             walk.unwind()  # give the host back: the baseline stops, the profile's current starts again
             if walk.undo_errors:  # measured, but the host was not given back: say so, never report success
-                raise HostError(f"{host.name}: the baseline was measured but the host was not given back: "
-                                + "; ".join(walk.undo_errors), host=host.name, fix="run `specctl status`, then deploy or roll back")
+                raise HostError(
+                    f"{host.name}: the baseline was measured but the host was not given back: "
+                    + "; ".join(walk.undo_errors),
+                    host=host.name,
+                    fix="run `specctl status`, then deploy or roll back",
+                )
         points = measured[0]
         summary = points[0].summary
-        rec.host(host.name, release=rec.run_id, commands=[list(n.argv) for n in the_plan.nodes],
-                 measurements=measurements_dict(points),
-                 verdict={"summary": summary, "points": [p.to_dict() for p in points]}, passed=True)
+        rec.host(
+            host.name,
+            release=rec.run_id,
+            commands=[list(n.argv) for n in the_plan.nodes],
+            measurements=measurements_dict(points),
+            verdict={"summary": summary, "points": [p.to_dict() for p in points]},
+            passed=True,
+        )
         rec.outcome.verdict = {"passed": True, "summary": summary}
     return rec.run_id, {p.concurrency: p.measurement for p in points}
 
@@ -95,7 +140,9 @@ def find_baseline(ctx: Context, key: str, host: str) -> tuple[str, Baseline] | N
     return (found.id, baseline_from_dict(record.measurements)) if record and record.measurements else None
 
 
-def baseline_for(session: HostSession, run_id: str, report: CheckReport | None, mode: str) -> tuple[str, Baseline] | None:
+def baseline_for(
+    session: HostSession, run_id: str, report: CheckReport | None, mode: str
+) -> tuple[str, Baseline] | None:
     """The baseline that release `run_id` is compared with: recorded, or (mode auto, with the
     profile's report at hand) measured now."""
     docs = session.docs(run_id)
@@ -110,5 +157,7 @@ def baseline_for(session: HostSession, run_id: str, report: CheckReport | None, 
 def checked_mode(mode: str) -> str:
     """A --baseline value, refused before any host is touched when it is not one of BASELINE_MODES."""
     if mode not in BASELINE_MODES:
-        raise InputError(f"--baseline {mode!r} is not one of {', '.join(BASELINE_MODES)}", fix="use --baseline auto, ledger or skip")
+        raise InputError(
+            f"--baseline {mode!r} is not one of {', '.join(BASELINE_MODES)}", fix="use --baseline auto, ledger or skip"
+        )
     return mode

@@ -62,11 +62,15 @@ class Change:
     startup_s: float | None = None
 
     def stages(self) -> list[Stage]:
-        return [Stage("preflight", lambda: preflight(self)),
-                *([Stage("stage", lambda: stage(self))] if self.checkpoints else []),
-                Stage("materialise", lambda: materialise(self)),
-                Stage("stop-previous", lambda: stop_previous(self)), Stage("start", lambda: start(self)),
-                Stage("ready", lambda: ready(self)), Stage("switch", lambda: switch(self))]
+        return [
+            Stage("preflight", lambda: preflight(self)),
+            *([Stage("stage", lambda: stage(self))] if self.checkpoints else []),
+            Stage("materialise", lambda: materialise(self)),
+            Stage("stop-previous", lambda: stop_previous(self)),
+            Stage("start", lambda: start(self)),
+            Stage("ready", lambda: ready(self)),
+            Stage("switch", lambda: switch(self)),
+        ]
 
 
 class NodeGate:
@@ -90,8 +94,10 @@ def preflight(c: Change) -> None:
     s = c.session
     t = s.transport
     s.progress("preflight")
-    look, facts = s.target.survey_command(s.base), host_facts.command(python=c.python, root=s.root, port=c.port,
-                                                                       distribution=c.distribution)
+    look, facts = (
+        s.target.survey_command(s.base),
+        host_facts.command(python=c.python, root=s.root, port=c.port, distribution=c.distribution),
+    )
     looked, found = t.run_all([look, facts], timeout_s=90, retry=True)  # both are safe to run twice
     seen = rel.read_survey(t.checked(look, looked))
     c.facts = host_facts.read(t.name, c.port, found)
@@ -100,11 +106,17 @@ def preflight(c: Change) -> None:
     if c.files is None:
         missing = rel.missing_files(c.release)
         if missing:
-            raise HostError(f"{s.name}: release {c.release.run_id} is not whole: it lacks {', '.join(missing)}", host=s.name,
-                            fix="nothing was stopped; choose another release (specctl runs) or deploy the profile again")
+            raise HostError(
+                f"{s.name}: release {c.release.run_id} is not whole: it lacks {', '.join(missing)}",
+                host=s.name,
+                fix="nothing was stopped; choose another release (specctl runs) or deploy the profile again",
+            )
     if s.target.on_host and c.facts.port_free is False and not seen.servers:
-        raise HostError(f"{s.name}: port {c.port} is in use by something other than {s.profile}", host=s.name,
-                        fix="nothing was stopped; free the port, or set engine.port to another one")
+        raise HostError(
+            f"{s.name}: port {c.port} is in use by something other than {s.profile}",
+            host=s.name,
+            fix="nothing was stopped; free the port, or set engine.port to another one",
+        )
 
 
 def stage(c: Change) -> None:
@@ -116,12 +128,21 @@ def stage(c: Change) -> None:
         s.progress(p.text())
         s.ctx.on_event(s.name, {"event": "stage-progress", **p.to_dict()})
 
-    done = staging.stage(s.transport, python=c.python, root=s.root, checkpoints=c.checkpoints,
-                         env=staging.staging_env(c.stage_env, s.ctx.secrets_env), on_progress=progress,
-                         slot=lambda: s.ctx.stage_slots)
+    done = staging.stage(
+        s.transport,
+        python=c.python,
+        root=s.root,
+        checkpoints=c.checkpoints,
+        env=staging.staging_env(c.stage_env, s.ctx.secrets_env),
+        on_progress=progress,
+        slot=lambda: s.ctx.stage_slots,
+    )
     c.staged = {x.repo: x for x in done}
     fetched = sum(x.fetched for x in done)
-    s.progress(f"staged {len(done)} checkpoint(s)" + (f", fetched {staging.size_text(fetched)}" if fetched else ", nothing to fetch"))
+    s.progress(
+        f"staged {len(done)} checkpoint(s)"
+        + (f", fetched {staging.size_text(fetched)}" if fetched else ", nothing to fetch")
+    )
     s.ctx.on_event(s.name, {"event": "staged", "checkpoints": [x.__dict__ for x in done]})
     if c.staged_everywhere is not None:
         s.progress("staged: waiting for the other hosts to stage before anything stops")
@@ -173,8 +194,15 @@ def restore(s: HostSession, run_id: str) -> None:
     if s.ctx.cancel.cancelled:
         return
     docs = s.docs(run_id)
-    wait_ready(s.target, release, docs.port, get_engine(docs.profile.engine.name).startup_stages(), handle=handle,
-               budget_s=budget, on_progress=s.progress)
+    wait_ready(
+        s.target,
+        release,
+        docs.port,
+        get_engine(docs.profile.engine.name).startup_stages(),
+        handle=handle,
+        budget_s=budget,
+        on_progress=s.progress,
+    )
 
 
 def start(c: Change) -> Undo | None:
@@ -188,8 +216,11 @@ def start(c: Change) -> Undo | None:
     if s.target.on_host and c.facts is not None and c.facts.port_free is False:  # ours held it: it must be free now
         again = host_facts.gather(s.transport, python=c.python, root=s.root, port=c.port, distribution=c.distribution)
         if again.port_free is False:
-            raise HostError(f"{s.name}: port {c.port} is in use by something other than {s.profile}", host=s.name,
-                            fix="free the port, or set engine.port to another one")
+            raise HostError(
+                f"{s.name}: port {c.port} is in use by something other than {s.profile}",
+                host=s.name,
+                fix="free the port, or set engine.port to another one",
+            )
     s.progress("starting" if s.target.on_host else "submitting")
     c.handle = s.target.start(c.release, confirm_within_s=c.budget_s + CONFIRM_MARGIN_S, env=s.ctx.secrets_env)
     release = c.release
@@ -212,8 +243,16 @@ def ready(c: Change) -> None:
             raise HostError(f"{s.name}: node rank 0 did not become ready", host=s.name, fix="see node rank 0's error")
         return
     try:
-        c.startup_s = wait_ready(s.target, c.release, c.port, c.startup_stages, handle=c.handle, budget_s=c.budget_s,
-                                 on_progress=s.progress, cancel=s.ctx.cancel)
+        c.startup_s = wait_ready(
+            s.target,
+            c.release,
+            c.port,
+            c.startup_stages,
+            handle=c.handle,
+            budget_s=c.budget_s,
+            on_progress=s.progress,
+            cancel=s.ctx.cancel,
+        )
     except BaseException:
         if gate is not None:
             gate.open(False)

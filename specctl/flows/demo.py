@@ -64,18 +64,25 @@ def write_inputs(workdir: Path, port: int, *, gates: bool = False, requests: int
     if gates:
         verify["min_accept_length"] = MIN_ACCEPT_LENGTH
     v1: dict[str, Any] = {
-        "apiVersion": "specctl/v1", "kind": "Profile",
+        "apiVersion": "specctl/v1",
+        "kind": "Profile",
         "metadata": {"name": NAME, "version": 1, "description": "the shipped tiny models on the reference engine"},
-        "target": {"model": target}, "drafter": {"model": drafter, "manifest": "../manifests/tiny-llama-eagle3.yaml"},
+        "target": {"model": target},
+        "drafter": {"model": drafter, "manifest": "../manifests/tiny-llama-eagle3.yaml"},
         "speculative": {"algorithm": "EAGLE3", "num_steps": 3, "eagle_topk": 1, "num_draft_tokens": 4},
-        "parallel": {"tp": 1}, "hardware": {"gpu": "cpu", "gpus_per_node": 1},
+        "parallel": {"tp": 1},
+        "hardware": {"gpu": "cpu", "gpus_per_node": 1},
         "engine": {"name": "reference", "version": "0.5.23", "python": _python(), "host": "127.0.0.1", "port": port},
         "verify": verify,
         "hosts": [LOCAL],
     }
-    v2 = {"apiVersion": "specctl/v1", "kind": "Profile", "extends": "tiny-llama-v1.yaml",
-          "metadata": {"name": NAME, "version": 2, "description": "ids 'fixed' to a same-width wrong list"},
-          "drafter": {"layer_ids": WRONG_IDS}}
+    v2 = {
+        "apiVersion": "specctl/v1",
+        "kind": "Profile",
+        "extends": "tiny-llama-v1.yaml",
+        "metadata": {"name": NAME, "version": 2, "description": "ids 'fixed' to a same-width wrong list"},
+        "drafter": {"layer_ids": WRONG_IDS},
+    }
     (workdir / "profiles" / "tiny-llama-v1.yaml").write_text(yaml.safe_dump(v1, sort_keys=False))
     (workdir / "profiles" / "tiny-llama-v2.yaml").write_text(yaml.safe_dump(v2, sort_keys=False))
     return workdir / "profiles" / "tiny-llama-v1.yaml", workdir / "profiles" / "tiny-llama-v2.yaml"
@@ -85,10 +92,15 @@ def write_inventory(workdir: Path) -> Path:
     """hosts.yaml naming `local` (this machine, no SSH) with its state directory in the work
     directory, so nothing lands in ~/.specctl and the printed commands find the same releases."""
     path = workdir / "hosts.yaml"
-    inventory = {"apiVersion": "specctl/v1", "kind": "Inventory",
-                 "hosts": {LOCAL: {"root": str((workdir / "hosts" / LOCAL).absolute())}}}
-    path.write_text("# `local` is built in; it is named here only to keep its releases in this directory\n"
-                    + yaml.safe_dump(inventory, sort_keys=False))
+    inventory = {
+        "apiVersion": "specctl/v1",
+        "kind": "Inventory",
+        "hosts": {LOCAL: {"root": str((workdir / "hosts" / LOCAL).absolute())}},
+    }
+    path.write_text(
+        "# `local` is built in; it is named here only to keep its releases in this directory\n"
+        + yaml.safe_dump(inventory, sort_keys=False)
+    )
     return path
 
 
@@ -130,9 +142,16 @@ class DemoResult:
         return next(s for s in self.steps if s.name == name)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"workdir": self.workdir, "ledger": self.ledger, "inventory": self.inventory, "profiles": self.profiles,
-                "steps": [{"step": s.name, "command": s.command, **s.data} for s in self.steps],
-                "summary": self.summary, "as_expected": self.as_expected, "next": self.next_commands}
+        return {
+            "workdir": self.workdir,
+            "ledger": self.ledger,
+            "inventory": self.inventory,
+            "profiles": self.profiles,
+            "steps": [{"step": s.name, "command": s.command, **s.data} for s in self.steps],
+            "summary": self.summary,
+            "as_expected": self.as_expected,
+            "next": self.next_commands,
+        }
 
 
 def need_reference_engine() -> None:
@@ -140,8 +159,10 @@ def need_reference_engine() -> None:
     anything starts, rather than leave a server's traceback in a log."""
     missing = [m for m in ("torch", "numpy") if importlib.util.find_spec(m) is None]
     if missing:
-        raise InputError(f"the demo runs the reference engine, which needs {' and '.join(missing)} (not installed here)",
-                         fix="pip install 'specctl[reference]'")
+        raise InputError(
+            f"the demo runs the reference engine, which needs {' and '.join(missing)} (not installed here)",
+            fix="pip install 'specctl[reference]'",
+        )
 
 
 def prepare(workdir: Path) -> None:
@@ -149,17 +170,23 @@ def prepare(workdir: Path) -> None:
     and releases removed); a directory with anything else in it is refused."""
     if workdir.exists() and any(workdir.iterdir()):
         if not (workdir / MARKER).exists() and not (workdir / "profiles" / "tiny-llama-v1.yaml").exists():
-            raise InputError(f"{workdir} is not empty and not a demo work directory",
-                             fix="pass --workdir with a new or empty directory")
+            raise InputError(
+                f"{workdir} is not empty and not a demo work directory",
+                fix="pass --workdir with a new or empty directory",
+            )
         state = workdir / "hosts" / LOCAL
         if state.is_dir():
             from specctl.flows.servers import Reach, stop
 
-            stopped = stop(Reach(), NAME, [HostSpec(LOCAL, str(state.absolute()), None, None, {})], command="specctl demo")
+            stopped = stop(
+                Reach(), NAME, [HostSpec(LOCAL, str(state.absolute()), None, None, {})], command="specctl demo"
+            )
             if isinstance(stopped[LOCAL], str):
-                raise InputError(f"cannot stop the previous demo's server: {stopped[LOCAL]}",
-                                 fix=f"stop it (specctl stop {workdir / 'profiles' / 'tiny-llama-v1.yaml'}"
-                                     f" --inventory {workdir / 'hosts.yaml'}), or pass another --workdir")
+                raise InputError(
+                    f"cannot stop the previous demo's server: {stopped[LOCAL]}",
+                    fix=f"stop it (specctl stop {workdir / 'profiles' / 'tiny-llama-v1.yaml'}"
+                    f" --inventory {workdir / 'hosts.yaml'}), or pass another --workdir",
+                )
             shutil.rmtree(state)
         for name in ("ledger.db", "ledger.db-wal", "ledger.db-shm"):
             (workdir / name).unlink(missing_ok=True)
@@ -167,9 +194,15 @@ def prepare(workdir: Path) -> None:
     (workdir / MARKER).touch()
 
 
-def run_demo(workdir: Path, *, port: int = 31000, requests: int = 24, cancel: CancelToken = NEVER,
-             on_step: Callable[[Step], None] = lambda step: None,
-             progress: Callable[[str, str], None] = lambda host, stage: None) -> DemoResult:
+def run_demo(
+    workdir: Path,
+    *,
+    port: int = 31000,
+    requests: int = 24,
+    cancel: CancelToken = NEVER,
+    on_step: Callable[[Step], None] = lambda step: None,
+    progress: Callable[[str, str], None] = lambda host, stage: None,
+) -> DemoResult:
     """Check, deploy, baseline, deploy the broken version, read the ledger, check again, stop."""
     from specctl.flows.baseline import baseline
     from specctl.flows.deploy import deploy
@@ -198,8 +231,17 @@ def run_demo(workdir: Path, *, port: int = 31000, requests: int = 24, cancel: Ca
         report = static.check(profile)
         findings = [f.to_dict() for f in report.findings]
         p = report.inputs.profile
-        step(name, _line("check", profile), {"profile": str(profile), "name": p.metadata.name, "version": p.metadata.version,
-                                             "ok": not _errors(report.findings), "findings": findings})
+        step(
+            name,
+            _line("check", profile),
+            {
+                "profile": str(profile),
+                "name": p.metadata.name,
+                "version": p.metadata.version,
+                "ok": not _errors(report.findings),
+                "findings": findings,
+            },
+        )
         return report
 
     def as_command(line: str) -> str:
@@ -208,7 +250,9 @@ def run_demo(workdir: Path, *, port: int = 31000, requests: int = 24, cancel: Ca
         return line
 
     def deploy_step(name: str, report: static.CheckReport, *extra: str) -> HostReport:
-        line = as_command(_line("deploy", report.inputs.profile_path, *extra, "--inventory", inventory, "--ledger", ledger_file))
+        line = as_command(
+            _line("deploy", report.inputs.profile_path, *extra, "--inventory", inventory, "--ledger", ledger_file)
+        )
         [outcome] = deploy(ctx, report, [host], skip_check="--skip-check" in extra)
         p = report.inputs.profile
         step(name, line, {"profile": p.metadata.name, "version": p.metadata.version, "hosts": [outcome.__dict__]})
@@ -217,8 +261,10 @@ def run_demo(workdir: Path, *, port: int = 31000, requests: int = 24, cancel: Ca
     try:
         report1 = check("check-v1", v1)
         if _errors(report1.findings):
-            raise InputError(f"the demo's v1 fails its own checks: {', '.join(sorted({f.code for f in _errors(report1.findings)}))}",
-                             fix="report this: the shipped tiny models should pass")
+            raise InputError(
+                f"the demo's v1 fails its own checks: {', '.join(sorted({f.code for f in _errors(report1.findings)}))}",
+                fix="report this: the shipped tiny models should pass",
+            )
         first = deploy_step("deploy-v1", report1)
         line = as_command(_line("baseline", v1, "--inventory", inventory, "--ledger", ledger_file))
         base_run, measured = baseline(ctx, report1, host)
@@ -231,7 +277,11 @@ def run_demo(workdir: Path, *, port: int = 31000, requests: int = 24, cancel: Ca
         step("runs", _line("runs", "--ledger", ledger_file), {"runs": [{**brief(r), **metrics(r)} for r in found]})
         deploys = [r for r in found if r.kind == "deploy"]
         a, b = (ctx.ledger.get(r.id) for r in (deploys[0], deploys[-1]))
-        step("diff", _line("diff", _short(a.id), _short(b.id), "--ledger", ledger_file), {"a": a.id, "b": b.id, **run_diff(a, b)})
+        step(
+            "diff",
+            _line("diff", _short(a.id), _short(b.id), "--ledger", ledger_file),
+            {"a": a.id, "b": b.id, **run_diff(a, b)},
+        )
         check("check-v2", v2)
     finally:  # whatever happened, nothing of the demo keeps running
         line = as_command(_line("stop", v1, "--inventory", inventory))
@@ -241,8 +291,15 @@ def run_demo(workdir: Path, *, port: int = 31000, requests: int = 24, cancel: Ca
     base_value = base_tput.estimate if base_tput else None
     result.summary = {
         "v1": {"label": "v1: trained layers", **_headline(first, base_value)},
-        "baseline": {"label": "baseline: no speculation", "run": base_run, "accept_length": None, "acceptance_rate": None,
-                     "output_tokens_per_s": base_value, "speedup": 1.0 if base_value else None, "passed": None},
+        "baseline": {
+            "label": "baseline: no speculation",
+            "run": base_run,
+            "accept_length": None,
+            "acceptance_rate": None,
+            "output_tokens_per_s": base_value,
+            "speedup": 1.0 if base_value else None,
+            "passed": None,
+        },
         "v2": {"label": f"v2: wrong layers {WRONG_IDS}", **_headline(second, base_value)},
     }
     result.next_commands = _next(v1, v2, inventory, ledger_file, first=a.id, second=b.id)
@@ -268,9 +325,15 @@ def _headline(outcome: HostReport, baseline_tput: float | None) -> dict[str, Any
         return float(value["estimate"]) if isinstance(value, dict) else None
 
     tput = estimate("output_tokens_per_s")
-    return {"run": outcome.release, "accept_length": estimate("accept_length"), "acceptance_rate": estimate("acceptance_rate"),
-            "output_tokens_per_s": tput, "speedup": tput / baseline_tput if tput and baseline_tput else None,
-            "passed": outcome.passed, "rolled_back_to": outcome.rolled_back_to}
+    return {
+        "run": outcome.release,
+        "accept_length": estimate("accept_length"),
+        "acceptance_rate": estimate("acceptance_rate"),
+        "output_tokens_per_s": tput,
+        "speedup": tput / baseline_tput if tput and baseline_tput else None,
+        "passed": outcome.passed,
+        "rolled_back_to": outcome.rolled_back_to,
+    }
 
 
 def _line(verb: str, *args: str | Path) -> str:

@@ -21,8 +21,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from specctl.cancel import Cancelled
-from specctl.errors import HostError, InputError
 from specctl.constants import HEAD_ADDRESS
+from specctl.errors import HostError, InputError
 from specctl.flows.change import Change, Files, NodeGate, retire
 from specctl.flows.recorder import Recorder, let_go_all, recording
 from specctl.flows.release_files import release_contents
@@ -86,8 +86,12 @@ class StageGate:
             failed = {h: why for h, why in self.arrived.items() if why is not None}
         if len(failed) > self.max_failures:
             first = sorted(failed)[0]
-            raise HostError(f"{host}: nothing was stopped: {len(failed)} host(s) could not stage or failed before "
-                            f"({first}: {failed[first]})", host=host, fix="fix that host (see its row), then deploy again")
+            raise HostError(
+                f"{host}: nothing was stopped: {len(failed)} host(s) could not stage or failed before "
+                f"({first}: {failed[first]})",
+                host=host,
+                fix="fix that host (see its row), then deploy again",
+            )
 
 
 @dataclass
@@ -127,13 +131,21 @@ class Deploy:
             return self.failed(session, change, failure)
         assert change is not None
         if not keep or ctx.cancel.cancelled:
-            session.progress("rolling back: " + ("stopped by a signal" if ctx.cancel.cancelled else
-                                                 f"{len(self.policy.failed)} host(s) failed"))
+            session.progress(
+                "rolling back: "
+                + ("stopped by a signal" if ctx.cancel.cancelled else f"{len(self.policy.failed)} host(s) failed")
+            )
             walk.unwind()
             ctx.cancel.check()
-            return HostReport(session.name, False, self.rec.run_id, f"rolled back to {change.previous or 'nothing'}: "
-                              f"{len(self.policy.failed)} host(s) failed (max {self.policy.max_failures})"
-                              + "".join(f"; {error}" for error in walk.undo_errors), rolled_back=True)
+            return HostReport(
+                session.name,
+                False,
+                self.rec.run_id,
+                f"rolled back to {change.previous or 'nothing'}: "
+                f"{len(self.policy.failed)} host(s) failed (max {self.policy.max_failures})"
+                + "".join(f"; {error}" for error in walk.undo_errors),
+                rolled_back=True,
+            )
         ready = f"ready in {change.startup_s:.1f} s" if change.startup_s is not None else f"node rank {rank}"
         result = HostReport(session.name, True, self.rec.run_id, ready)
         if self.run_verify and rank == 0:
@@ -161,31 +173,60 @@ class Deploy:
         release = session.release(self.rec.run_id)
 
         def files(staged: Mapping[str, Staged]) -> Files:
-            return release_contents(self.report, self.plan, node, staged, cluster=session.spec.slurm, release=release,
-                                    hf_home=session.spec.hf_home)
+            return release_contents(
+                self.report,
+                self.plan,
+                node,
+                staged,
+                cluster=session.spec.slurm,
+                release=release,
+                hf_home=session.spec.hf_home,
+            )
 
-        return Change(session, release, port=p.engine.port, python=p.engine.python,
-                      distribution=engine.distribution(), startup_stages=engine.startup_stages(), budget_s=self.ctx.budget_s,
-                      files=files, ready_gate=self.gate,
-                      node_rank=rank, checkpoints=profile_checkpoints(p, baseline=False) if self.stage else (),
-                      stage_env=host_env(p.engine.env, session.spec.hf_home),
-                      staged_everywhere=(lambda: gate.wait(session.name)) if gate is not None else None)
+        return Change(
+            session,
+            release,
+            port=p.engine.port,
+            python=p.engine.python,
+            distribution=engine.distribution(),
+            startup_stages=engine.startup_stages(),
+            budget_s=self.ctx.budget_s,
+            files=files,
+            ready_gate=self.gate,
+            node_rank=rank,
+            checkpoints=profile_checkpoints(p, baseline=False) if self.stage else (),
+            stage_env=host_env(p.engine.env, session.spec.hf_home),
+            staged_everywhere=(lambda: gate.wait(session.name)) if gate is not None else None,
+        )
 
     def failed(self, session: HostSession, change: Change | None, failure: BaseException) -> HostReport:
         """A host whose stages failed (and were undone): its report and ledger record."""
         if isinstance(failure, Cancelled | KeyboardInterrupt):
             raise failure
         detail = error_text(failure) + "".join(f"; {note}" for note in getattr(failure, "__notes__", ()))
-        if change is not None and change.previous and change.previous in change.stopped and not getattr(failure, "__notes__", None):
+        if (
+            change is not None
+            and change.previous
+            and change.previous in change.stopped
+            and not getattr(failure, "__notes__", None)
+        ):
             detail += f"; restored {change.previous}"
         self.rec.host(session.name, release=None, verdict={"passed": False, "error": detail}, passed=False)
-        return HostReport(session.name, False, None, detail, log_tail=tuple(getattr(failure, "log", ()) or ()),
-                          fix=getattr(failure, "fix", None))
+        return HostReport(
+            session.name,
+            False,
+            None,
+            detail,
+            log_tail=tuple(getattr(failure, "log", ()) or ()),
+            fix=getattr(failure, "fix", None),
+        )
 
     def verify(self, session: HostSession, result: HostReport) -> None:
         """Verify, then keep the release or roll back to the newest verified one (single node only)."""
         try:
-            verdict = verify_and_record(self.rec, session, self.rec.run_id, report=self.report, baseline_mode=self.baseline_mode)
+            verdict = verify_and_record(
+                self.rec, session, self.rec.run_id, report=self.report, baseline_mode=self.baseline_mode
+            )
             result.verdict = verdict.to_dict()
         except Cancelled:
             raise
@@ -204,33 +245,69 @@ class Deploy:
         result.rolled_back_to, result.rollback_verdict = back.rolled_back_to, back.rollback_verdict
 
 
-def deploy(ctx: Context, report: CheckReport, hosts: Sequence[HostSpec], *, max_failures: int = 0, run_verify: bool = True,
-           auto_rollback: bool = True, baseline_mode: str = "auto", skip_check: bool = False,
-           stage: bool = True) -> list[HostReport]:
+def deploy(
+    ctx: Context,
+    report: CheckReport,
+    hosts: Sequence[HostSpec],
+    *,
+    max_failures: int = 0,
+    run_verify: bool = True,
+    auto_rollback: bool = True,
+    baseline_mode: str = "auto",
+    skip_check: bool = False,
+    stage: bool = True,
+) -> list[HostReport]:
     """Deploy to every host in parallel, verify, and roll back a host whose verify fails."""
     p = report.inputs.profile
     name, nnodes = p.metadata.name, p.parallel.nnodes
     one_job = nnodes > 1 and len(hosts) == 1 and hosts[0].slurm is not None  # the scheduler places every rank
     if nnodes > 1 and len(hosts) != nnodes and not one_job:
-        raise InputError(f"{name} spans {nnodes} nodes but {len(hosts)} host(s) were given",
-                         fix=f"pass exactly {nnodes} hosts, node rank 0 first, or one Slurm cluster")
+        raise InputError(
+            f"{name} spans {nnodes} nodes but {len(hosts)} host(s) were given",
+            fix=f"pass exactly {nnodes} hosts, node rank 0 first, or one Slurm cluster",
+        )
     if nnodes > 1 and any(h.slurm is not None for h in hosts) and not one_job:
-        raise InputError(f"{name} spans {nnodes} nodes: on a Slurm cluster one job runs them all",
-                         fix="deploy to the cluster alone (it places every node rank)")
+        raise InputError(
+            f"{name} spans {nnodes} nodes: on a Slurm cluster one job runs them all",
+            fix="deploy to the cluster alone (it places every node rank)",
+        )
     sessions = [ctx.session(h, name) for h in hosts]
     node0 = HEAD_ADDRESS if one_job else sessions[0].transport.address if nnodes > 1 else None
     the_plan = plan(report, node0_address=node0, staged=stage)
     nnodes = 1 if one_job else nnodes  # from here on: hosts that each run one node rank
     errors = [f.to_dict() for f in report.findings if f.severity is Severity.ERROR]
     try:
-        with recording(ctx, "deploy", hosts=[h.name for h in hosts], **profile_fields(report),
-                       inputs={"skip_check": skip_check, "check_errors": errors, "max_failures": max_failures, "stage": stage,
-                               "capture": the_plan.capture}) as rec:
-            flow = Deploy(ctx, report, the_plan, rec, FleetPolicy(len(hosts), 0 if nnodes > 1 else max_failures), run_verify,
-                          auto_rollback, baseline_mode, NodeGate() if nnodes > 1 else None, stage,
-                          StageGate(len(hosts), 0 if nnodes > 1 else max_failures, ctx.cancel.check)
-                          if stage and profile_checkpoints(p, baseline=False) else None)
-            rank = {h.name: i if nnodes > 1 else 0 for i, h in enumerate(hosts)}  # every single-node host is node rank 0
+        with recording(
+            ctx,
+            "deploy",
+            hosts=[h.name for h in hosts],
+            **profile_fields(report),
+            inputs={
+                "skip_check": skip_check,
+                "check_errors": errors,
+                "max_failures": max_failures,
+                "stage": stage,
+                "capture": the_plan.capture,
+            },
+        ) as rec:
+            flow = Deploy(
+                ctx,
+                report,
+                the_plan,
+                rec,
+                FleetPolicy(len(hosts), 0 if nnodes > 1 else max_failures),
+                run_verify,
+                auto_rollback,
+                baseline_mode,
+                NodeGate() if nnodes > 1 else None,
+                stage,
+                StageGate(len(hosts), 0 if nnodes > 1 else max_failures, ctx.cancel.check)
+                if stage and profile_checkpoints(p, baseline=False)
+                else None,
+            )
+            rank = {
+                h.name: i if nnodes > 1 else 0 for i, h in enumerate(hosts)
+            }  # every single-node host is node rank 0
             session_of = {h.name: s for h, s in zip(hosts, sessions, strict=True)}
             group = run_group(hosts, lambda h: flow.host(rank[h.name], session_of[h.name]), max_workers=len(hosts))
             for error in group.errors.values():
@@ -247,10 +324,17 @@ def deploy(ctx: Context, report: CheckReport, hosts: Sequence[HostSpec], *, max_
                     rec.host(h.name, release=r.release, commands=commands)
             passed = all(r.ok for r in reports.values()) and (not run_verify or all(r.passed for r in reports.values()))
             rec.outcome.status = "succeeded" if passed else "failed"
-            rec.outcome.verdict = {"passed": passed if run_verify else None, "verified": run_verify,
-                                   "hosts": {h: {"ok": r.ok, "detail": r.detail, "verdict": r.verdict, "rolled_back_to": r.rolled_back_to}
-                                             for h, r in reports.items()}}
-        rec.keep_all([(session, rec.run_id if reports[h.name].ok else None) for h, session in zip(hosts, sessions, strict=True)])
+            rec.outcome.verdict = {
+                "passed": passed if run_verify else None,
+                "verified": run_verify,
+                "hosts": {
+                    h: {"ok": r.ok, "detail": r.detail, "verdict": r.verdict, "rolled_back_to": r.rolled_back_to}
+                    for h, r in reports.items()
+                },
+            }
+        rec.keep_all(
+            [(session, rec.run_id if reports[h.name].ok else None) for h, session in zip(hosts, sessions, strict=True)]
+        )
     finally:
         let_go_all(sessions)  # stopped before the keep: no lock stays behind
     return [reports[h.name] for h in hosts]

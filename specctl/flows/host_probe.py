@@ -72,14 +72,21 @@ class FleetProbe:
 
 def _verdict(answer: Mapping[str, Any]) -> str:
     """What of an answer must agree across hosts: captures per ids, and each argv's parse verdict."""
-    captures = [{"architecture": c.get("architecture"), "supported": c.get("supported"),
-                 "results": [(r.get("ids"), r.get("requested"), bool(r.get("error"))) for r in c.get("results") or []]}
-                for c in answer.get("captures") or []]
+    captures = [
+        {
+            "architecture": c.get("architecture"),
+            "supported": c.get("supported"),
+            "results": [(r.get("ids"), r.get("requested"), bool(r.get("error"))) for r in c.get("results") or []],
+        }
+        for c in answer.get("captures") or []
+    ]
     parse = [bool(p.get("ok")) for p in answer.get("parse") or []]
     return json.dumps({"captures": captures, "parse": parse}, sort_keys=True)
 
 
-def probe_fleet(inputs: Inputs, transports: Mapping[str, Transport], python: str, *, cache: Path | None = None) -> FleetProbe:
+def probe_fleet(
+    inputs: Inputs, transports: Mapping[str, Transport], python: str, *, cache: Path | None = None
+) -> FleetProbe:
     """Ask each host for its build, probe one host per build not in the cache, and give every host
     the inputs its own engine's answers make."""
     start = time.perf_counter()
@@ -91,8 +98,9 @@ def probe_fleet(inputs: Inputs, transports: Mapping[str, Transport], python: str
     question, architecture = probe_question(inputs)
     probe_source = engine.probe_script().read_text(encoding="utf-8")
     # the answer depends on the build, the question and the probe itself (a newer specctl asks anew)
-    asked = hashlib.sha256(json.dumps(question, sort_keys=True).encode() + probe_source.encode()
-                           + build_source.encode()).hexdigest()[:16]
+    asked = hashlib.sha256(
+        json.dumps(question, sort_keys=True).encode() + probe_source.encode() + build_source.encode()
+    ).hexdigest()[:16]
     cache = cache or probe_cache()
     answers: dict[str, dict[str, Any]] = {}
     first_host: dict[str, str] = {}
@@ -106,14 +114,18 @@ def probe_fleet(inputs: Inputs, transports: Mapping[str, Transport], python: str
             answers[key] = json.loads(kept.read_text())
         except (OSError, ValueError):
             missing[key] = host
-    fresh = parallel({key: transports[host] for key, host in missing.items()},
-                     lambda t: _probe(t, python, probe_source, question))
+    fresh = parallel(
+        {key: transports[host] for key, host in missing.items()}, lambda t: _probe(t, python, probe_source, question)
+    )
     for key, answer in fresh.items():
         answers[key] = answer
         if not answer.get("error"):
             _keep(cache / f"{key}-{asked}.json", answer)
-    per_host = {host: with_answer(inputs, python, architecture, answers[build.key])
-                for host, build in builds.items() if build.error is None}
+    per_host = {
+        host: with_answer(inputs, python, architecture, answers[build.key])
+        for host, build in builds.items()
+        if build.error is None
+    }
     return FleetProbe(builds, answers, per_host, time.perf_counter() - start, len(fresh))
 
 
@@ -156,15 +168,26 @@ def probes_on_hosts(inputs: Inputs) -> bool:
     return inputs.engine.build_script() is not None
 
 
-def judged(report: CheckReport, transports: Mapping[str, Transport], python: str, *, cache: Path | None = None) -> CheckReport:
+def judged(
+    report: CheckReport, transports: Mapping[str, Transport], python: str, *, cache: Path | None = None
+) -> CheckReport:
     """The report with the hosts' engines as judge: their answers replace the table (hosts of one
     build agree, or the report says which disagree), and a finding says what was asked."""
     fleet = probe_fleet(report.inputs, transports, python, cache=cache)
-    failed = {h: str(fleet.answers[b.key]["error"]) for h, b in fleet.builds.items()
-              if b.error is None and fleet.answers[b.key].get("error")}
-    findings = check_engines({h: (None, failed[h]) if h in failed else (b.key if b.error is None else None, b.error)
-                              for h, b in fleet.builds.items()},
-                             fleet.disagreement(), probes=fleet.probed, seconds=fleet.seconds)
+    failed = {
+        h: str(fleet.answers[b.key]["error"])
+        for h, b in fleet.builds.items()
+        if b.error is None and fleet.answers[b.key].get("error")
+    }
+    findings = check_engines(
+        {
+            h: (None, failed[h]) if h in failed else (b.key if b.error is None else None, b.error)
+            for h, b in fleet.builds.items()
+        },
+        fleet.disagreement(),
+        probes=fleet.probed,
+        seconds=fleet.seconds,
+    )
     answered = [h for h in fleet.inputs if h not in failed]
     inputs = fleet.inputs[answered[0]] if answered else report.inputs  # hosts that answered agree, or it is an error
     return rechecked(report, inputs, findings)

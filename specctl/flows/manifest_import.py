@@ -43,17 +43,32 @@ def read_training_state(path: Path) -> dict[str, Any]:
     return data
 
 
-def import_manifest(drafter_ref: str, *, target_ref: str, convention: str | None, training_state: Path | None,
-                    engine_version: str | None, name: str | None, offline: bool) -> dict[str, Any]:
+def import_manifest(
+    drafter_ref: str,
+    *,
+    target_ref: str,
+    convention: str | None,
+    training_state: Path | None,
+    engine_version: str | None,
+    name: str | None,
+    offline: bool,
+) -> dict[str, Any]:
     drafter_model, drafter_revision = split_ref(drafter_ref)
     target_model, target_revision = split_ref(target_ref)
     drafter = read_checkpoint(drafter_model, drafter_revision, offline=offline)
     target = read_checkpoint(target_model, target_revision, offline=offline)
     training = read_training_state(training_state) if training_state else None
     data = build_manifest(
-        drafter, target, drafter_model=drafter_model, drafter_revision=drafter_revision, target_model=target_model,
-        target_revision=target_revision, convention=convention, training=training,
-        name=name or Path(drafter_model.rstrip("/")).name.lower(), engine=get_engine("sglang") if convention == "sglang" else None,
+        drafter,
+        target,
+        drafter_model=drafter_model,
+        drafter_revision=drafter_revision,
+        target_model=target_model,
+        target_revision=target_revision,
+        convention=convention,
+        training=training,
+        name=name or Path(drafter_model.rstrip("/")).name.lower(),
+        engine=get_engine("sglang") if convention == "sglang" else None,
         engine_version=engine_version,
     )
     DrafterManifest.model_validate(data)  # what we write must load again
@@ -76,5 +91,7 @@ def write_atomically(path: Path, text: str) -> None:
 
 
 def to_yaml(data: dict[str, Any]) -> str:
-    return "# written by `specctl manifest import`; capture.layers are canonical (0-based decoder-layer outputs)\n" + \
-        yaml.safe_dump(data, sort_keys=False, default_flow_style=None, width=100)
+    return (
+        "# written by `specctl manifest import`; capture.layers are canonical (0-based decoder-layer outputs)\n"
+        + yaml.safe_dump(data, sort_keys=False, default_flow_style=None, width=100)
+    )

@@ -22,7 +22,9 @@ def run_probe(python: str, script: str, request: dict[str, Any], timeout_s: floa
     """Run `python script` with the request on stdin; an unusable answer comes back as {"error": ...}."""
     start = time.perf_counter()
     try:
-        result = subprocess.run([python, script], input=json.dumps(request), capture_output=True, text=True, timeout=timeout_s)
+        result = subprocess.run(
+            [python, script], input=json.dumps(request), capture_output=True, text=True, timeout=timeout_s
+        )
     except FileNotFoundError:
         return {"error": f"interpreter {python} not found"}
     except subprocess.TimeoutExpired:
@@ -53,8 +55,14 @@ def probe_question(inputs: Inputs) -> tuple[dict[str, Any], str | None]:
     engine, profile = inputs.engine, inputs.profile
     table_view = resolve_capture(inputs)
     argvs = [node.argv for node in build_plan(inputs, table_view).nodes]
-    ids = [i for i in (table_view.config_ids if table_view else None,
-                       tuple(profile.drafter.layer_ids) if profile.drafter and profile.drafter.layer_ids else None) if i]
+    ids = [
+        i
+        for i in (
+            table_view.config_ids if table_view else None,
+            tuple(profile.drafter.layer_ids) if profile.drafter and profile.drafter.layer_ids else None,
+        )
+        if i
+    ]
     needed = sorted(set(positions_of(inputs.manifest.capture.layers))) if inputs.manifest else None
     architecture = inputs.architecture if profile.drafter is not None else None
     return engine.probe_request(architecture, inputs.num_layers, ids, needed, argvs), architecture

@@ -38,9 +38,13 @@ def release_prompts(release: Release, docs: ReleaseDocs, engine: Engine, *, ids:
         return Prompts(docs.workload)
     t = release.transport
     command = engine.chat_ids_command(docs.profile.engine.python, docs.commands()[0])
-    done = t.run(["sh", "-c", _RENDER, "sh", release.dir, PROMPT_IDS_FILE, *command],
-                 stdin=json.dumps([list(r) for r in docs.workload.requests]).encode(), timeout_s=RENDER_TIMEOUT_S,
-                 check=False, retry=True)
+    done = t.run(
+        ["sh", "-c", _RENDER, "sh", release.dir, PROMPT_IDS_FILE, *command],
+        stdin=json.dumps([list(r) for r in docs.workload.requests]).encode(),
+        timeout_s=RENDER_TIMEOUT_S,
+        check=False,
+        retry=True,
+    )
     lines = done.stdout.strip().splitlines()
     try:
         answer = json.loads(lines[-1])
@@ -53,7 +57,9 @@ def release_prompts(release: Release, docs: ReleaseDocs, engine: Engine, *, ids:
             f"{t.name}: verify sends the workload to {docs.profile.engine.name} {docs.profile.engine.version}'s native "
             f"/generate (streamed, or its chat endpoint returns no speculative counters), and the workload could not "
             f"be rendered with the model's tokenizer: "
-            f"{why or 'an answer without ids'}", host=t.name,
+            f"{why or 'an answer without ids'}",
+            host=t.name,
             fix="make the target's tokenizer files (with a chat template) loadable by the engine's Python on the host, "
-                "or pin an engine version from 0.5.13 on")
+            "or pin an engine version from 0.5.13 on",
+        )
     return Prompts(docs.workload, tuple(tuple(int(i) for i in request) for request in rendered))

@@ -28,10 +28,12 @@ class Recorder:
 
     def events(self, host: str) -> Events:
         """The stage-boundary sink of one host: each boundary is a ledger row, and a line of progress."""
+
         def emit(stage: str, event: str, detail: str | None) -> None:
             if event in ("failed", "undone", "undo-failed"):
                 self.ctx.on_progress(host, f"{stage} {event}" + (f": {detail}" if detail else ""))
             self.ctx.ledger.record_event(self.run_id, host, stage, event, detail)
+
         return emit
 
     def host(self, host: str, **record: Any) -> None:
@@ -43,9 +45,15 @@ class Recorder:
         try:
             return self.ctx.ledger.get(self.run_id).to_dict()
         except Exception:  # noqa: BLE001 - the host copy must not depend on a healthy ledger
-            return {"id": self.run_id, "kind": self.kind, "command": self.ctx.command, "status": self.outcome.status,
-                    "verdict": self.outcome.verdict, "note": "written from memory: the ledger could not be read",
-                    **{k: v for k, v in self._fields.items() if k in ("hosts", "reason", "parent")}}
+            return {
+                "id": self.run_id,
+                "kind": self.kind,
+                "command": self.ctx.command,
+                "status": self.outcome.status,
+                "verdict": self.outcome.verdict,
+                "note": "written from memory: the ledger could not be read",
+                **{k: v for k, v in self._fields.items() if k in ("hosts", "reason", "parent")},
+            }
 
     def keep(self, session: HostSession, release_id: str | None, *, let_go: bool = False) -> None:
         """The release directory's own copy of this run (and its newest verdict), so the history can
@@ -83,8 +91,10 @@ def let_go_all(sessions: Sequence[HostSession]) -> None:
 def keep_verdict(release: rel.Release, passed: bool, run_id: str) -> None:
     from specctl.ledger.ledger import now
 
-    release.transport.put(release.path(rel.VERDICT_FILE),
-                          (json.dumps({"passed": passed, "run": run_id, "at": now()}, sort_keys=True) + "\n").encode())
+    release.transport.put(
+        release.path(rel.VERDICT_FILE),
+        (json.dumps({"passed": passed, "run": run_id, "at": now()}, sort_keys=True) + "\n").encode(),
+    )
 
 
 @contextmanager

@@ -34,8 +34,11 @@ def overlay_sources(report: CheckReport, p: Plan, staged: Mapping[str, Staged]) 
     if is_local_path(drafter.model):
         return {name: f"{drafter.model}/{name}" for name in p.overlay.links}
     if drafter.model not in staged:
-        raise HostError(f"the drafter {drafter.model} is not staged on this host, so its overlay has nothing to link to",
-                        host="-", fix="deploy stages it first; run `specctl stage` to see why it could not")
+        raise HostError(
+            f"the drafter {drafter.model} is not staged on this host, so its overlay has nothing to link to",
+            host="-",
+            fix="deploy stages it first; run `specctl stage` to see why it could not",
+        )
     snapshot = staged[drafter.model].snapshot
     return {name: f"{snapshot}/{name}" for name in p.overlay.links}
 
@@ -56,18 +59,36 @@ def release_documents(report: CheckReport, p: Plan) -> dict[str, Any]:
         PROFILE_FILE: profile.model_dump(mode="json", by_alias=True),
         PLAN_FILE: p.to_dict(),
         "manifest.json": inputs.manifest.model_dump(mode="json", by_alias=True) if inputs.manifest else None,
-        "facts.json": {"target": inputs.target.summary() if inputs.target else None,
-                       "drafter": inputs.drafter.summary() if inputs.drafter else None},
+        "facts.json": {
+            "target": inputs.target.summary() if inputs.target else None,
+            "drafter": inputs.drafter.summary() if inputs.drafter else None,
+        },
         rel.WORKLOAD_FILE: workload.raw.decode(),
-        rel.SUMMARY_FILE: json.dumps({"profile": profile.metadata.name, "version": profile.metadata.version,
-                                      "sha256": inputs.profile_sha256, "baseline": p.baseline, "workload": workload.name,
-                                      "workload_sha256": workload.sha256}, sort_keys=True) + "\n",
+        rel.SUMMARY_FILE: json.dumps(
+            {
+                "profile": profile.metadata.name,
+                "version": profile.metadata.version,
+                "sha256": inputs.profile_sha256,
+                "baseline": p.baseline,
+                "workload": workload.name,
+                "workload_sha256": workload.sha256,
+            },
+            sort_keys=True,
+        )
+        + "\n",
     }
 
 
-def release_contents(report: CheckReport, p: Plan, node: NodePlan, staged: Mapping[str, Staged] | None = None, *,
-                     cluster: SlurmCluster | None = None, release: rel.Release | None = None,
-                     hf_home: str | None = None) -> dict[str, tuple[bytes, int] | str]:
+def release_contents(
+    report: CheckReport,
+    p: Plan,
+    node: NodePlan,
+    staged: Mapping[str, Staged] | None = None,
+    *,
+    cluster: SlurmCluster | None = None,
+    release: rel.Release | None = None,
+    hf_home: str | None = None,
+) -> dict[str, tuple[bytes, int] | str]:
     """Every file of one node's release directory (`staged`: the host's snapshots of Hub checkpoints);
     on a `cluster`, the job's files too (`hf_home`: the inventory's cache, for every node rank)."""
     files = rel.release_files(p, node, release_documents(report, p), overlay_sources(report, p, staged or {}))
@@ -77,22 +98,48 @@ def release_contents(report: CheckReport, p: Plan, node: NodePlan, staged: Mappi
     return files
 
 
-def job_settings(report: CheckReport, cluster: SlurmCluster, release_dir: str, run_id: str, profile: str) -> JobSettings:
+def job_settings(
+    report: CheckReport, cluster: SlurmCluster, release_dir: str, run_id: str, profile: str
+) -> JobSettings:
     """What a release's job asks of the cluster: the entry's site settings, GPUs from the profile."""
     p = report.inputs.profile
     gres = cluster.gres if cluster.gres is not None else f"gpu:{p.hardware.gpus_per_node}"
-    return JobSettings(release_dir, release_dir.rsplit("/releases/", 1)[0], run_id, profile, cluster.partition, cluster.account,
-                       cluster.qos, cluster.time, gres, tuple(cluster.setup), tuple(cluster.sbatch_args), tuple(cluster.srun_args),
-                       cluster.python or p.engine.python, p.engine.port, report.inputs.engine.distribution(), cluster.exclusive)
+    return JobSettings(
+        release_dir,
+        release_dir.rsplit("/releases/", 1)[0],
+        run_id,
+        profile,
+        cluster.partition,
+        cluster.account,
+        cluster.qos,
+        cluster.time,
+        gres,
+        tuple(cluster.setup),
+        tuple(cluster.sbatch_args),
+        tuple(cluster.srun_args),
+        cluster.python or p.engine.python,
+        p.engine.port,
+        report.inputs.engine.distribution(),
+        cluster.exclusive,
+    )
 
 
-def job_files(report: CheckReport, p: Plan, cluster: SlurmCluster, release_dir: str, run_id: str, profile: str,
-              hf_home: str | None = None) -> dict[str, tuple[bytes, int] | str]:
+def job_files(
+    report: CheckReport,
+    p: Plan,
+    cluster: SlurmCluster,
+    release_dir: str,
+    run_id: str,
+    profile: str,
+    hf_home: str | None = None,
+) -> dict[str, tuple[bytes, int] | str]:
     """The files a Slurm release adds: `job.sbatch`, the facts script its first node runs, and the
     launch scripts of node ranks 1.. (rank 0's is `launch.sh`, as everywhere)."""
     job = job_settings(report, cluster, release_dir, run_id, profile)
-    files: dict[str, tuple[bytes, int] | str] = {JOB_FILE: (render_sbatch(p, job).encode(), 0o755),
-                                                 FACTS_SCRIPT: (host_facts.script().encode(), 0o644)}
+    files: dict[str, tuple[bytes, int] | str] = {
+        JOB_FILE: (render_sbatch(p, job).encode(), 0o755),
+        FACTS_SCRIPT: (host_facts.script().encode(), 0o644),
+    }
     for node in p.nodes[1:]:
         node = dataclasses.replace(node, env=host_env(node.env, hf_home)) if hf_home else node
         files[node_script(node.rank)] = (render_sh(p, node).encode(), 0o755)

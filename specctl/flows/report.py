@@ -30,5 +30,9 @@ class HostReport:
 
 def profile_fields(report: CheckReport) -> dict[str, Any]:
     p = report.inputs.profile
-    return {"profile": p.model_dump(mode="json", by_alias=True), "profile_sha256": report.inputs.profile_sha256,
-            "engine": p.engine.name, "engine_version": p.engine.version}
+    return {
+        "profile": p.model_dump(mode="json", by_alias=True),
+        "profile_sha256": report.inputs.profile_sha256,
+        "engine": p.engine.name,
+        "engine_version": p.engine.version,
+    }

@@ -1,6 +1,6 @@
-"""`status`, `stop`, `hosts --check` and `deploy --dry-run`: what of a profile runs on each host, found by every release's pid file and
-by the environment every server inherits (so a server whose release or pid file is gone is still
-found), and stopping all of it under the profile's lock."""
+"""`status`, `stop`, `hosts --check` and `deploy --dry-run`: what of a profile runs on each host,
+found by every release's pid file and by the environment every server inherits (so a server whose
+release or pid file is gone is still found), and stopping all of it under the profile's lock."""
 
 from __future__ import annotations
 
@@ -11,21 +11,20 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from specctl.facts import host as host_facts
-from specctl.errors import HostError
-from specctl.facts.host import HostFacts
 from specctl.constants import HEAD_ADDRESS
+from specctl.errors import HostError
+from specctl.facts import host as host_facts
+from specctl.facts.host import HostFacts
 from specctl.flows.release_files import job_settings
 from specctl.flows.session import error_text
 from specctl.flows.static import CheckReport, plan
 from specctl.hosts.group import run_group
 from specctl.hosts.inventory import HostSpec
 from specctl.hosts.transport import Transport
-from specctl.release import lock
-from specctl.profile.profile import is_local_path
-from specctl.release import release as rel
-from specctl.release import staging
 from specctl.plan.sbatch import sbatch_options
+from specctl.profile.profile import is_local_path
+from specctl.release import lock, staging
+from specctl.release import release as rel
 from specctl.release.target import server_url, target_of
 from specctl.verdict.client import EngineClient
 
@@ -59,14 +58,22 @@ class HostStatus:
         if self.error:
             return f"unreachable: {self.error}"
         others = [s for s in self.servers if not s["current"]]
-        text = ("healthy" if self.healthy else "running, not answering" if self.running
-                else "not running" if self.current else "nothing deployed")
+        text = (
+            "healthy"
+            if self.healthy
+            else "running, not answering"
+            if self.running
+            else "not running"
+            if self.current
+            else "nothing deployed"
+        )
         job = next((s.get("job_state") for s in self.servers if s["current"]), None)
         if job:
             text += f" (job {job})"
         if others:
             text += "; ALSO RUNNING, not current: " + ", ".join(
-                s["release"] + (f" (stops itself at {s['confirm_by']})" if s.get("confirm_by") else "") for s in others)
+                s["release"] + (f" (stops itself at {s['confirm_by']})" if s.get("confirm_by") else "") for s in others
+            )
         return text
 
 
@@ -78,9 +85,15 @@ def status(reach: Reach, profile: str, port: int, hosts: Sequence[HostSpec]) -> 
         found = HostStatus(host.name, rel.linked(t, root, profile))
         for server in target.servers(base):
             deadline = _confirm_by(t, rel.Release(t, root, profile, server.release))
-            found.servers.append({"release": server.release, "process_group" if target.on_host else "job": server.handle,
-                                  **({"job_state": server.note} if server.note else {}), "current": server.release == found.current,
-                                  "confirm_by": None if server.release == found.current else deadline})
+            found.servers.append(
+                {
+                    "release": server.release,
+                    "process_group" if target.on_host else "job": server.handle,
+                    **({"job_state": server.note} if server.note else {}),
+                    "current": server.release == found.current,
+                    "confirm_by": None if server.release == found.current else deadline,
+                }
+            )
         found.running = any(s["current"] for s in found.servers)
         if found.running and found.current:
             release = rel.Release(t, root, profile, found.current)
@@ -91,8 +104,10 @@ def status(reach: Reach, profile: str, port: int, hosts: Sequence[HostSpec]) -> 
         return found
 
     group = run_group(hosts, one)
-    return [group.results[h.name] if h.name in group.results else HostStatus(h.name, error=error_text(group.errors[h.name]))
-            for h in hosts]
+    return [
+        group.results[h.name] if h.name in group.results else HostStatus(h.name, error=error_text(group.errors[h.name]))
+        for h in hosts
+    ]
 
 
 def _confirm_by(t: Transport, release: rel.Release) -> str | None:
@@ -117,23 +132,34 @@ def stop(reach: Reach, profile: str, hosts: Sequence[HostSpec], *, command: str)
             lock.release(t, base)
 
     group = run_group(hosts, one)
-    return {h.name: group.results[h.name] if h.name in group.results else error_text(group.errors[h.name]) for h in hosts}
+    return {
+        h.name: group.results[h.name] if h.name in group.results else error_text(group.errors[h.name]) for h in hosts
+    }
 
 
-
-
-def facts(reach: Reach, hosts: Sequence[HostSpec], *, python: str, port: int, distribution: str) -> list[dict[str, Any]]:
+def facts(
+    reach: Reach, hosts: Sequence[HostSpec], *, python: str, port: int, distribution: str
+) -> list[dict[str, Any]]:
     """`hosts --check`: per host, reachable or not, and its facts (GPUs, CUDA, Python, engine, disk, port)."""
+
     def one(h: HostSpec) -> HostFacts:
         t, root = reach.open(h)
-        return host_facts.gather(t, python=python or h.python or "python3", root=root, port=port, distribution=distribution)
+        return host_facts.gather(
+            t, python=python or h.python or "python3", root=root, port=port, distribution=distribution
+        )
 
     group = run_group(hosts, one)
-    return [{"host": h.name, "reachable": True, "facts": group.results[h.name].to_dict()} if h.name in group.results
-            else {"host": h.name, "reachable": False, "error": error_text(group.errors[h.name])} for h in hosts]
+    return [
+        {"host": h.name, "reachable": True, "facts": group.results[h.name].to_dict()}
+        if h.name in group.results
+        else {"host": h.name, "reachable": False, "error": error_text(group.errors[h.name])}
+        for h in hosts
+    ]
 
 
-def preview(reach: Reach, report: CheckReport, hosts: Sequence[HostSpec], *, secrets_env: Mapping[str, str]) -> list[dict[str, Any]]:
+def preview(
+    reach: Reach, report: CheckReport, hosts: Sequence[HostSpec], *, secrets_env: Mapping[str, str]
+) -> list[dict[str, Any]]:
     """`deploy --dry-run`: per host, what runs now, what staging would fetch, where the drafter
     overlay would link, and the launch command; nothing is written or fetched."""
     p = report.inputs.profile
@@ -152,17 +178,29 @@ def preview(reach: Reach, report: CheckReport, hosts: Sequence[HostSpec], *, sec
             except (ValueError, KeyError, TypeError):
                 running = "?"
             shown = f"{current} (v{running})"
-        row: dict[str, Any] = {"host": host.name, "current": shown,
-                               "would_deploy": f"v{version} (a new release; current switches when ready)"}
+        row: dict[str, Any] = {
+            "host": host.name,
+            "current": shown,
+            "would_deploy": f"v{version} (a new release; current switches when ready)",
+        }
         snapshots: dict[str, str] = {}
         if checkpoints:
             try:
-                answer = staging.plan(t, python=p.engine.python, root=root, checkpoints=checkpoints,
-                                      env=staging.staging_env(p.engine.env, secrets_env, host.hf_home))
-                row["stage"] = [{"repo": x.repo, "staged": True, "bytes": x.bytes, "fetch": 0} for x in answer.staged] + \
-                    [{"repo": x.repo, "staged": False, "bytes": x.bytes, "fetch": x.fetch} for x in answer.planned]
+                answer = staging.plan(
+                    t,
+                    python=p.engine.python,
+                    root=root,
+                    checkpoints=checkpoints,
+                    env=staging.staging_env(p.engine.env, secrets_env, host.hf_home),
+                )
+                row["stage"] = [
+                    {"repo": x.repo, "staged": True, "bytes": x.bytes, "fetch": 0} for x in answer.staged
+                ] + [{"repo": x.repo, "staged": False, "bytes": x.bytes, "fetch": x.fetch} for x in answer.planned]
                 row["disk"] = {"cache": answer.cache, "free": answer.free, "need": answer.need, "fits": answer.fits}
-                snapshots = {**{x.repo: x.snapshot for x in answer.staged}, **{x.repo: x.snapshot for x in answer.planned}}
+                snapshots = {
+                    **{x.repo: x.snapshot for x in answer.staged},
+                    **{x.repo: x.snapshot for x in answer.planned},
+                }
             except HostError as exc:
                 row["stage"] = [{"repo": c.repo, "staged": None, "error": error_text(exc)} for c in checkpoints]
         rank = hosts.index(host) if p.parallel.nnodes > 1 else 0
@@ -173,9 +211,17 @@ def preview(reach: Reach, report: CheckReport, hosts: Sequence[HostSpec], *, sec
             settings = job_settings(report, host.slurm, f"{root}/{profile}/releases/<run-id>", "<run-id>", profile)
             row["job"] = ["sbatch", *sbatch_options(job_plan, settings)]
         if the_plan.overlay is not None and p.drafter is not None:
-            source = p.drafter.model if is_local_path(p.drafter.model) else snapshots.get(p.drafter.model, "(the staged snapshot)")
-            row["overlay"] = {"directory": the_plan.overlay.directory, "links_to": source, "links": len(the_plan.overlay.links),
-                              "ids": (the_plan.capture or {}).get("ids")}
+            source = (
+                p.drafter.model
+                if is_local_path(p.drafter.model)
+                else snapshots.get(p.drafter.model, "(the staged snapshot)")
+            )
+            row["overlay"] = {
+                "directory": the_plan.overlay.directory,
+                "links_to": source,
+                "links": len(the_plan.overlay.links),
+                "ids": (the_plan.capture or {}).get("ids"),
+            }
         return row
 
     group = run_group(hosts, one)

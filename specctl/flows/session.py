@@ -71,7 +71,9 @@ class HostSession:
     @property
     def transport(self) -> Transport:
         if self._transport is None:
-            self._transport = self.spec.transport(ssh_config=self.ctx.ssh_config, accept_new_host_key=self.ctx.accept_new_host_key)
+            self._transport = self.spec.transport(
+                ssh_config=self.ctx.ssh_config, accept_new_host_key=self.ctx.accept_new_host_key
+            )
         return self._transport
 
     @property
@@ -149,4 +151,3 @@ class HostSession:
 def error_text(exc: BaseException) -> str:
     """An exception as one line for people and the ledger."""
     return str(getattr(exc, "message", None) or exc or type(exc).__name__)
-

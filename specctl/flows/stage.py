@@ -31,11 +31,18 @@ class StageReport:
     error: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"host": self.host, "ok": self.ok, "error": self.error, "staged": [s.__dict__ for s in self.staged],
-                "planned": [p.__dict__ for p in self.planned]}
+        return {
+            "host": self.host,
+            "ok": self.ok,
+            "error": self.error,
+            "staged": [s.__dict__ for s in self.staged],
+            "planned": [p.__dict__ for p in self.planned],
+        }
 
 
-def stage_hosts(ctx: Context, report: CheckReport, hosts: Sequence[HostSpec], *, dry_run: bool = False) -> list[StageReport]:
+def stage_hosts(
+    ctx: Context, report: CheckReport, hosts: Sequence[HostSpec], *, dry_run: bool = False
+) -> list[StageReport]:
     """Stage on every host in parallel (downloads capped by the context's slots); a dry run asks
     each host what it has and what the rest would cost, and records nothing."""
     p = report.inputs.profile
@@ -46,19 +53,36 @@ def stage_hosts(ctx: Context, report: CheckReport, hosts: Sequence[HostSpec], *,
         env = staging.staging_env(p.engine.env, ctx.secrets_env, host.hf_home)
         try:
             if dry_run:
-                answer = staging.plan(session.transport, python=p.engine.python, root=session.root,
-                                      checkpoints=checkpoints, env=env)
-                short = None if answer.fits else (f"{answer.cache} has {staging.size_text(answer.free)} free; staging needs "
-                                                  f"{staging.size_text(answer.need)} and leaves {staging.size_text(staging.RESERVE_BYTES)}")
+                answer = staging.plan(
+                    session.transport, python=p.engine.python, root=session.root, checkpoints=checkpoints, env=env
+                )
+                short = (
+                    None
+                    if answer.fits
+                    else (
+                        f"{answer.cache} has {staging.size_text(answer.free)} free; staging needs "
+                        f"{staging.size_text(answer.need)} and leaves {staging.size_text(staging.RESERVE_BYTES)}"
+                    )
+                )
                 return StageReport(host.name, answer.fits, answer.staged, answer.planned, error=short)
 
             def progress(done: staging.StageProgress) -> None:
                 session.progress(done.text())
                 ctx.on_event(host.name, {"event": "stage-progress", **done.to_dict()})
 
-            return StageReport(host.name, True, staging.stage(session.transport, python=p.engine.python, root=session.root,
-                                                              checkpoints=checkpoints, env=env, on_progress=progress,
-                                                              slot=lambda: ctx.stage_slots))
+            return StageReport(
+                host.name,
+                True,
+                staging.stage(
+                    session.transport,
+                    python=p.engine.python,
+                    root=session.root,
+                    checkpoints=checkpoints,
+                    env=env,
+                    on_progress=progress,
+                    slot=lambda: ctx.stage_slots,
+                ),
+            )
         except Exception as exc:  # noqa: BLE001 - one host's failure is its row
             return StageReport(host.name, False, error=error_text(exc))
 
@@ -67,10 +91,17 @@ def stage_hosts(ctx: Context, report: CheckReport, hosts: Sequence[HostSpec], *,
     by_name = {h.name: h for h in hosts}
     if dry_run:
         return list(parallel(by_name, one, max_workers=len(hosts)).values())
-    with recording(ctx, "stage", hosts=[h.name for h in hosts], **profile_fields(report),
-                   inputs={"checkpoints": [c.__dict__ for c in checkpoints]}) as rec:
+    with recording(
+        ctx,
+        "stage",
+        hosts=[h.name for h in hosts],
+        **profile_fields(report),
+        inputs={"checkpoints": [c.__dict__ for c in checkpoints]},
+    ) as rec:
         reports = list(parallel(by_name, one, max_workers=len(hosts)).values())
         for r in reports:
-            rec.host(r.host, release=None, verdict={"staged": [s.__dict__ for s in r.staged], "error": r.error}, passed=r.ok)
+            rec.host(
+                r.host, release=None, verdict={"staged": [s.__dict__ for s in r.staged], "error": r.error}, passed=r.ok
+            )
         rec.outcome.status = "succeeded" if all(r.ok for r in reports) else "failed"
     return reports

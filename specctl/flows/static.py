@@ -52,14 +52,20 @@ class CheckReport:
     facts: Mapping[str, FactsSource] = field(default_factory=dict)  # role -> where its checkpoint facts came from
 
 
-def gather(profile_path: Path | str, *, offline: bool = False, assume_convention: str | None = None,
-           on_hosts: ReadOnHosts | None = None) -> Inputs:
+def gather(
+    profile_path: Path | str,
+    *,
+    offline: bool = False,
+    assume_convention: str | None = None,
+    on_hosts: ReadOnHosts | None = None,
+) -> Inputs:
     """Read everything a profile refers to. Document errors raise; unreadable checkpoints become findings."""
     return _gather(profile_path, offline=offline, assume_convention=assume_convention, on_hosts=on_hosts)[0]
 
 
-def _gather(profile_path: Path | str, *, offline: bool, assume_convention: str | None,
-            on_hosts: ReadOnHosts | None) -> tuple[Inputs, dict[str, FactsSource]]:
+def _gather(
+    profile_path: Path | str, *, offline: bool, assume_convention: str | None, on_hosts: ReadOnHosts | None
+) -> tuple[Inputs, dict[str, FactsSource]]:
     loaded = load_profile(profile_path)
     profile = loaded.model
     engine = get_engine(profile.engine.name)
@@ -73,17 +79,33 @@ def _gather(profile_path: Path | str, *, offline: bool, assume_convention: str |
     facts, sources = _read_checkpoints(profile, models, offline, on_hosts)
     target, target_error = facts["target"]
     drafter, drafter_error = facts.get("drafter", (None, None))
-    inputs = Inputs(profile, str(profile_path), loaded.sha256, engine, manifest, manifest_path, target, target_error, drafter, drafter_error)
+    inputs = Inputs(
+        profile,
+        str(profile_path),
+        loaded.sha256,
+        engine,
+        manifest,
+        manifest_path,
+        target,
+        target_error,
+        drafter,
+        drafter_error,
+    )
     convention, convention_error = _convention(inputs, assume_convention)
-    return dataclasses.replace(inputs, convention=convention, convention_error=convention_error,
-                               workload_dir=str(loaded.file_of("verify", "workload").parent)), sources
+    return dataclasses.replace(
+        inputs,
+        convention=convention,
+        convention_error=convention_error,
+        workload_dir=str(loaded.file_of("verify", "workload").parent),
+    ), sources
 
 
 Read = tuple[CheckpointMeta | None, CheckpointError | None]
 
 
-def _read_checkpoints(profile: Profile, models: Mapping[str, tuple[str, str | None]], offline: bool,
-                      on_hosts: ReadOnHosts | None) -> tuple[dict[str, Read], dict[str, FactsSource]]:
+def _read_checkpoints(
+    profile: Profile, models: Mapping[str, tuple[str, str | None]], offline: bool, on_hosts: ReadOnHosts | None
+) -> tuple[dict[str, Read], dict[str, FactsSource]]:
     """Each role's checkpoint facts and where they came from; the host paths this machine cannot
     see are read on the hosts, all in one round trip."""
     facts: dict[str, Read] = {}
@@ -108,8 +130,12 @@ def _read_checkpoints(profile: Profile, models: Mapping[str, tuple[str, str | No
         if read is None:  # no host to read on (or it did not answer): this machine's own answer
             meta, error = _read(model, revision, offline)
             if error is not None:
-                error = CheckpointError(error.message + note, source=error.source, revision=error.revision,
-                                        fix="fix the path, or read it on a host that has it: specctl check --on HOST (with --inventory)")
+                error = CheckpointError(
+                    error.message + note,
+                    source=error.source,
+                    revision=error.revision,
+                    fix="fix the path, or read it on a host that has it: specctl check --on HOST (with --inventory)",
+                )
             facts[role] = meta, error
             sources[role] = FactsSource(role, model, THIS_MACHINE)
             continue
@@ -141,8 +167,14 @@ def _convention(inputs: Inputs, assume: str | None) -> tuple[Convention | None, 
         return None, exc
 
 
-def check(profile_path: Path | str, *, offline: bool = False, assume_convention: str | None = None,
-          engine_python: str | None = None, on_hosts: ReadOnHosts | None = None) -> CheckReport:
+def check(
+    profile_path: Path | str,
+    *,
+    offline: bool = False,
+    assume_convention: str | None = None,
+    engine_python: str | None = None,
+    on_hosts: ReadOnHosts | None = None,
+) -> CheckReport:
     """Static checks; with `engine_python` the installed engine is asked; with `on_hosts`, host
     paths this machine cannot see are read on the hosts (a `facts-source` finding says which)."""
     inputs, sources = _gather(profile_path, offline=offline, assume_convention=assume_convention, on_hosts=on_hosts)
@@ -171,9 +203,13 @@ def facts_finding(sources: Mapping[str, FactsSource]) -> Finding:
     for source in sources.values():
         by_where.setdefault(source.where, []).append(source.role)
     said = "; ".join(f"{' and '.join(roles)} read on {where}" for where, roles in by_where.items())
-    return Finding("facts-source", Severity.INFO, f"checkpoint facts: {said}",
-                   "nothing to do: every check above uses these facts (--on HOST reads them on another host)",
-                   {role: s.to_dict() for role, s in sources.items()})
+    return Finding(
+        "facts-source",
+        Severity.INFO,
+        f"checkpoint facts: {said}",
+        "nothing to do: every check above uses these facts (--on HOST reads them on another host)",
+        {role: s.to_dict() for role, s in sources.items()},
+    )
 
 
 def plan(report: CheckReport, *, baseline: bool = False, node0_address: str | None = None, staged: bool = True) -> Plan:

@@ -8,9 +8,10 @@ only `speculative` replaced, brought up with the stages every deploy uses
 and measured at the objective's operating point under successive elimination
 (verdict/elimination.py); a candidate still in the running is then measured at the profile's other
 operating points too, for the table (they do not decide the search). One server start per
-candidate, and the host's own release started once more at the end (unless nothing ran there). The winner is written as the next profile version,
-beside the profile; the `tune` run in the ledger holds every candidate's requests. With `apply`,
-the winner is then deployed and verified like any deploy.
+candidate, and the host's own release started once more at the end (unless nothing ran there).
+The winner is written as the next profile version, beside the profile; the `tune` run in the
+ledger holds every candidate's requests. With `apply`, the winner is then deployed and verified
+like any deploy.
 """
 
 from __future__ import annotations
@@ -52,7 +53,9 @@ from specctl.verdict.summary import summarize
 
 # what tune can maximise: the gate functions that give its interval from a measurement
 OBJECTIVES: dict[str, Callable[..., stats.Interval | None]] = {
-    "output_tokens_per_s": gate.throughput, "decode_tokens_per_s": gate.decode_throughput}
+    "output_tokens_per_s": gate.throughput,
+    "decode_tokens_per_s": gate.decode_throughput,
+}
 CANDIDATE_NOTE = "a tune candidate: measured without gates, never verified (rollback picks it only by name)"
 
 
@@ -70,10 +73,17 @@ class CandidateResult:
 
     def row(self, winner: bool) -> dict[str, Any]:
         interval = self.standing.interval
-        return {**self.candidate.to_dict(), "release": self.release, "estimate": interval.estimate if interval else None,
-                "interval": interval.to_dict() if interval else None, "requests": self.standing.requests,
-                "eliminated": self.standing.eliminated, "failed": self.standing.failed, "winner": winner,
-                "points": self.points}
+        return {
+            **self.candidate.to_dict(),
+            "release": self.release,
+            "estimate": interval.estimate if interval else None,
+            "interval": interval.to_dict() if interval else None,
+            "requests": self.standing.requests,
+            "eliminated": self.standing.eliminated,
+            "failed": self.standing.failed,
+            "winner": winner,
+            "points": self.points,
+        }
 
 
 @dataclass
@@ -105,17 +115,32 @@ class TuneResult:
 
     def to_dict(self) -> dict[str, Any]:
         rows = self.rows()
-        return {"run": self.run_id, "host": self.host, "profile": self.profile, "version": self.version,
-                "objective": {"metric": self.metric, "concurrency": self.concurrency},
-                "planned_requests": self.planned_n, "batch": self.batch, "level": self.level,
-                "level_note": f"every interval at {self.level:.4g} (Bonferroni over {len(self.candidates)} candidates)",
-                "requests": self.requests, "exhaustive_requests": self.planned_n * len(self.candidates),
-                "other_point_requests": sum(int(point.get("requests", 0)) for c in self.candidates
-                                            for key, point in c.points.items() if key.isdigit()),
-                "candidates": rows, "dropped": [d.to_dict() for d in self.dropped],
-                "winner": self.winner.row(True) if self.winner else None, "profile_file": self.profile_file,
-                "restored": self.restored, "heat_map": heat_map(rows),
-                "applied": dataclasses.asdict(self.applied) if self.applied else None}
+        return {
+            "run": self.run_id,
+            "host": self.host,
+            "profile": self.profile,
+            "version": self.version,
+            "objective": {"metric": self.metric, "concurrency": self.concurrency},
+            "planned_requests": self.planned_n,
+            "batch": self.batch,
+            "level": self.level,
+            "level_note": f"every interval at {self.level:.4g} (Bonferroni over {len(self.candidates)} candidates)",
+            "requests": self.requests,
+            "exhaustive_requests": self.planned_n * len(self.candidates),
+            "other_point_requests": sum(
+                int(point.get("requests", 0))
+                for c in self.candidates
+                for key, point in c.points.items()
+                if key.isdigit()
+            ),
+            "candidates": rows,
+            "dropped": [d.to_dict() for d in self.dropped],
+            "winner": self.winner.row(True) if self.winner else None,
+            "profile_file": self.profile_file,
+            "restored": self.restored,
+            "heat_map": heat_map(rows),
+            "applied": dataclasses.asdict(self.applied) if self.applied else None,
+        }
 
 
 def next_profile_path(profile_path: Path, profile: Profile) -> Path:
@@ -123,19 +148,33 @@ def next_profile_path(profile_path: Path, profile: Profile) -> Path:
     return profile_path.parent / f"{profile.metadata.name}-v{profile.metadata.version + 1}.yaml"
 
 
-def next_profile_text(original: Path, target: Path, profile: Profile, winner: CandidateResult, result: TuneResult) -> str:
+def next_profile_text(
+    original: Path, target: Path, profile: Profile, winner: CandidateResult, result: TuneResult
+) -> str:
     """The next version: `extends` the tuned file, with the winner's speculative settings."""
     interval = winner.standing.interval
-    measured = (f"{result.metric} {interval.estimate:.4g} [{interval.low:.4g}, {interval.high:.4g}] at concurrency "
-                f"{result.concurrency}" if interval else "unmeasured")
-    doc = {"apiVersion": "specctl/v1", "kind": "Profile",
-           "extends": os.path.relpath(original.absolute(), target.absolute().parent),
-           "metadata": {"name": profile.metadata.name, "version": profile.metadata.version + 1,
-                        "description": f"tuned by specctl tune run {result.run_id}: {winner.candidate.key}"},
-           "speculative": winner.candidate.settings()}
-    return (f"# written by `specctl tune` run {result.run_id} on {result.host}: the best of {len(result.candidates)} "
-            f"candidate(s), {measured}\n# (`specctl show {result.run_id}` has every candidate's requests)\n"
-            + yaml.safe_dump(doc, sort_keys=False))
+    measured = (
+        f"{result.metric} {interval.estimate:.4g} [{interval.low:.4g}, {interval.high:.4g}] at concurrency "
+        f"{result.concurrency}"
+        if interval
+        else "unmeasured"
+    )
+    doc = {
+        "apiVersion": "specctl/v1",
+        "kind": "Profile",
+        "extends": os.path.relpath(original.absolute(), target.absolute().parent),
+        "metadata": {
+            "name": profile.metadata.name,
+            "version": profile.metadata.version + 1,
+            "description": f"tuned by specctl tune run {result.run_id}: {winner.candidate.key}",
+        },
+        "speculative": winner.candidate.settings(),
+    }
+    return (
+        f"# written by `specctl tune` run {result.run_id} on {result.host}: the best of {len(result.candidates)} "
+        f"candidate(s), {measured}\n# (`specctl show {result.run_id}` has every candidate's requests)\n"
+        + yaml.safe_dump(doc, sort_keys=False)
+    )
 
 
 def candidate_report(report: CheckReport, candidate: Candidate, run_id: str) -> CheckReport:
@@ -166,10 +205,18 @@ class Search:
         creport = candidate_report(self.report, candidate, self.rec.run_id)
         the_plan = plan(creport)
         node = dataclasses.replace(the_plan.nodes[0], env=host_env(the_plan.nodes[0].env, session.spec.hf_home))
-        change = Change(session, release, port=p.engine.port, python=p.engine.python, distribution=engine.distribution(),
-                        startup_stages=engine.startup_stages(), budget_s=self.ctx.budget_s,
-                        files=lambda staged: release_contents(creport, the_plan, node, staged),
-                        checkpoints=profile_checkpoints(p, baseline=False), stage_env=host_env(p.engine.env, session.spec.hf_home))
+        change = Change(
+            session,
+            release,
+            port=p.engine.port,
+            python=p.engine.python,
+            distribution=engine.distribution(),
+            startup_stages=engine.startup_stages(),
+            budget_s=self.ctx.budget_s,
+            files=lambda staged: release_contents(creport, the_plan, node, staged),
+            checkpoints=profile_checkpoints(p, baseline=False),
+            stage_env=host_env(p.engine.env, session.spec.hf_home),
+        )
         session.progress(f"candidate {index + 1}/{self.elimination.candidates}: {candidate.key}")
         try:
             Walk(self._events(candidate), before=self.ctx.cancel.check).run(change.stages())
@@ -178,21 +225,36 @@ class Search:
         except (Cancelled, KeyboardInterrupt):
             raise
         except Exception as exc:  # noqa: BLE001 - one candidate that cannot run does not end the search
-            return CandidateResult(candidate, self.elimination.fail(candidate.key, error_text(exc)),
-                                   release.run_id if change.handle is not None else None, argv=tuple(node.argv))
+            return CandidateResult(
+                candidate,
+                self.elimination.fail(candidate.key, error_text(exc)),
+                release.run_id if change.handle is not None else None,
+                argv=tuple(node.argv),
+            )
         level, planned = self.elimination.level, self.elimination.planned_n
         interval = OBJECTIVES[self.metric](m, sequential=True, planned_n=planned, level=level)
         # fewer requests than planned: measure stopped at a look that dropped it (in-flight requests still came back)
-        standing = self.elimination.settle(candidate.key, interval, len(m.generations), dropped=len(m.generations) < planned)
-        summary = summarize(m, None, sequential=True, planned_n=planned, eagle_topk=candidate.speculative.eagle_topk, level=level)
+        standing = self.elimination.settle(
+            candidate.key, interval, len(m.generations), dropped=len(m.generations) < planned
+        )
+        summary = summarize(
+            m, None, sequential=True, planned_n=planned, eagle_topk=candidate.speculative.eagle_topk, level=level
+        )
         try:
             points = {} if standing.eliminated else self._other_points(release, candidate)
         except (Cancelled, KeyboardInterrupt):
             raise
         except Exception as exc:  # noqa: BLE001 - the objective decided the candidate; the other points only inform
             points = {"error": error_text(exc)}
-        return CandidateResult(candidate, standing, release.run_id, m, {"concurrency": self.concurrency, **summary}, tuple(node.argv),
-                               points)
+        return CandidateResult(
+            candidate,
+            standing,
+            release.run_id,
+            m,
+            {"concurrency": self.concurrency, **summary},
+            tuple(node.argv),
+            points,
+        )
 
     def _other_points(self, release: rel.Release, candidate: Candidate) -> dict[str, Any]:
         """The profile's other operating points, for a candidate still in the running: each measured
@@ -206,14 +268,28 @@ class Search:
         prompts = release_prompts(release, session.docs(release.run_id), self.report.inputs.engine, ids=v.stream)
         measured: dict[str, Any] = {}
         for c in others:
+
             def progress(i: int, g: Generation, c: int = c) -> None:
                 session.progress(f"concurrency {c}: request {i + 1}/{v.requests}")
 
-            m = measure(client, prompts, requests=v.requests, max_new_tokens=v.max_new_tokens, temperature=v.temperature,
-                        concurrency=c, request_rate=v.request_rate, stream=v.stream, on_request=progress,
-                        cancelled=lambda: self.ctx.cancel.cancelled)
-            measured[str(c)] = {"requests": len(m.generations), **summarize(m, None, sequential=False, planned_n=v.requests,
-                                                                            eagle_topk=candidate.speculative.eagle_topk)}
+            m = measure(
+                client,
+                prompts,
+                requests=v.requests,
+                max_new_tokens=v.max_new_tokens,
+                temperature=v.temperature,
+                concurrency=c,
+                request_rate=v.request_rate,
+                stream=v.stream,
+                on_request=progress,
+                cancelled=lambda: self.ctx.cancel.cancelled,
+            )
+            measured[str(c)] = {
+                "requests": len(m.generations),
+                **summarize(
+                    m, None, sequential=False, planned_n=v.requests, eagle_topk=candidate.speculative.eagle_topk
+                ),
+            }
         return measured
 
     def _events(self, candidate: Candidate) -> Events:
@@ -224,19 +300,32 @@ class Search:
     def _measure(self, release: rel.Release) -> Measurement:
         """The objective's point, in batches, until the candidate is dropped or reaches the planned count."""
         v, session, search = self.report.inputs.profile.verify, self.session, self.elimination
-        client = EngineClient(session.server_url(release, self.report.inputs.profile.engine.port), cancel=self.ctx.cancel)
+        client = EngineClient(
+            session.server_url(release, self.report.inputs.profile.engine.port), cancel=self.ctx.cancel
+        )
         prompts = release_prompts(release, session.docs(release.run_id), self.report.inputs.engine, ids=v.stream)
         warm_up(client, prompts, max_new_tokens=v.max_new_tokens, temperature=v.temperature)
         objective = OBJECTIVES[self.metric]
 
         def dropped(m: Measurement) -> bool:
             n = len(m.generations)
-            return search.looks_at(n) and search.drops(objective(m, sequential=True, planned_n=search.planned_n, level=search.level))
+            return search.looks_at(n) and search.drops(
+                objective(m, sequential=True, planned_n=search.planned_n, level=search.level)
+            )
 
-        return measure(client, prompts, requests=search.planned_n, max_new_tokens=v.max_new_tokens, temperature=v.temperature,
-                       concurrency=self.concurrency, request_rate=v.request_rate, stream=v.stream, enough=dropped,
-                       on_request=lambda i, g: session.progress(f"request {i + 1}/{search.planned_n}"),
-                       cancelled=lambda: self.ctx.cancel.cancelled)
+        return measure(
+            client,
+            prompts,
+            requests=search.planned_n,
+            max_new_tokens=v.max_new_tokens,
+            temperature=v.temperature,
+            concurrency=self.concurrency,
+            request_rate=v.request_rate,
+            stream=v.stream,
+            enough=dropped,
+            on_request=lambda i, g: session.progress(f"request {i + 1}/{search.planned_n}"),
+            cancelled=lambda: self.ctx.cancel.cancelled,
+        )
 
 
 def _mark_candidate(release: rel.Release, run_id: str) -> None:
@@ -244,8 +333,16 @@ def _mark_candidate(release: rel.Release, run_id: str) -> None:
     PROFILE@VERSION never pick it; `rollback --to` it by name still does."""
     from specctl.ledger.ledger import now
 
-    release.transport.put(release.path(rel.VERDICT_FILE), (json.dumps(
-        {"passed": False, "run": run_id, "at": now(), "tune_candidate": True, "note": CANDIDATE_NOTE}, sort_keys=True) + "\n").encode())
+    release.transport.put(
+        release.path(rel.VERDICT_FILE),
+        (
+            json.dumps(
+                {"passed": False, "run": run_id, "at": now(), "tune_candidate": True, "note": CANDIDATE_NOTE},
+                sort_keys=True,
+            )
+            + "\n"
+        ).encode(),
+    )
 
 
 def give_back(ctx: Context, session: HostSession, original: str | None, events: Events) -> None:
@@ -267,44 +364,84 @@ def give_back(ctx: Context, session: HostSession, original: str | None, events: 
     release = session.release(original)
     docs = session.docs(original)
     engine = get_engine(docs.profile.engine.name)
-    change = Change(session, release, port=docs.port, python=docs.profile.engine.python, distribution=engine.distribution(),
-                    startup_stages=engine.startup_stages(), budget_s=rel.startup_budget(release, STARTUP_BUDGET_S))
+    change = Change(
+        session,
+        release,
+        port=docs.port,
+        python=docs.profile.engine.python,
+        distribution=engine.distribution(),
+        startup_stages=engine.startup_stages(),
+        budget_s=rel.startup_budget(release, STARTUP_BUDGET_S),
+    )
     session.progress(f"giving the host back to {original}")
     Walk(lambda stage, event, detail: events(f"{stage} [give back]", event, detail)).run(change.stages())
 
 
-def tune(ctx: Context, report: CheckReport, host: HostSpec, *, apply: bool = False, output: Path | None = None,
-         baseline_mode: str = "auto", exhaustive: bool = False) -> TuneResult:
+def tune(
+    ctx: Context,
+    report: CheckReport,
+    host: HostSpec,
+    *,
+    apply: bool = False,
+    output: Path | None = None,
+    baseline_mode: str = "auto",
+    exhaustive: bool = False,
+) -> TuneResult:
     """Measure the profile's candidates on `host` under successive elimination, give the host back,
     write the winner as the next profile version, record a `tune` run; `apply` deploys the winner.
     `exhaustive` measures every candidate to the planned count (what elimination is compared with)."""
     p = report.inputs.profile
     name = p.metadata.name
     if p.drafter is None:
-        raise InputError(f"{name} has no drafter: there are no speculative settings to tune", fix="add `drafter:` to the profile")
+        raise InputError(
+            f"{name} has no drafter: there are no speculative settings to tune", fix="add `drafter:` to the profile"
+        )
     if p.parallel.nnodes > 1:
-        raise InputError(f"{name} spans {p.parallel.nnodes} nodes; tune measures on one host", fix="tune a single-node profile")
+        raise InputError(
+            f"{name} spans {p.parallel.nnodes} nodes; tune measures on one host", fix="tune a single-node profile"
+        )
     if host.slurm is not None:
-        raise InputError(f"{host.name} is a Slurm cluster; tune measures on a host it reaches itself",
-                         fix="tune on a host of the same GPU type (an interactive allocation is one), then deploy the winner")
+        raise InputError(
+            f"{host.name} is a Slurm cluster; tune measures on a host it reaches itself",
+            fix="tune on a host of the same GPU type (an interactive allocation is one), then deploy the winner",
+        )
     settings = p.tune or Tune()
     concurrency = settings.objective.concurrency or max(p.verify.points)
     planned = settings.requests or max(p.verify.requests, stats.MIN_SAMPLES)
     candidates, dropped = grid(p, report.inputs.engine, report.inputs.architecture or "")
     if not candidates:
-        raise InputError(f"no candidate of {name}'s tune grid would run as written ({len(dropped)} dropped: {dropped[0].reason})"
-                         if dropped else "the tune grid is empty", fix="change the `tune:` lists")
+        raise InputError(
+            f"no candidate of {name}'s tune grid would run as written ({len(dropped)} dropped: {dropped[0].reason})"
+            if dropped
+            else "the tune grid is empty",
+            fix="change the `tune:` lists",
+        )
     target = output or next_profile_path(Path(report.inputs.profile_path), p)
     if target.exists():
         raise InputError(f"{target} exists; tune never overwrites a profile", fix="move it, or pass --output PATH")
     elimination = Elimination(len(candidates), planned, settings.batch, exhaustive=exhaustive)
     session = ctx.session(host, name)
-    grid_inputs = {"tune": settings.model_dump(mode="json"), "objective": {"metric": settings.objective.metric, "concurrency": concurrency},
-                   "candidates": [c.to_dict() for c in candidates], "dropped": [d.to_dict() for d in dropped],
-                   "planned_requests": planned, "level": elimination.level}
+    grid_inputs = {
+        "tune": settings.model_dump(mode="json"),
+        "objective": {"metric": settings.objective.metric, "concurrency": concurrency},
+        "candidates": [c.to_dict() for c in candidates],
+        "dropped": [d.to_dict() for d in dropped],
+        "planned_requests": planned,
+        "level": elimination.level,
+    }
     with recording(ctx, "tune", hosts=[host.name], inputs=grid_inputs, **profile_fields(report)) as rec:
-        result = TuneResult(rec.run_id, host.name, name, p.metadata.version, settings.objective.metric, concurrency, planned,
-                            settings.batch, elimination.level, dropped=dropped)
+        result = TuneResult(
+            rec.run_id,
+            host.name,
+            name,
+            p.metadata.version,
+            settings.objective.metric,
+            concurrency,
+            planned,
+            settings.batch,
+            elimination.level,
+            dropped=dropped,
+        )
         search = Search(ctx, report, session, rec, elimination, settings.objective.metric, concurrency)
         with session.locked(rec.run_id):
             original = session.current()
@@ -316,10 +453,14 @@ def tune(ctx: Context, report: CheckReport, host: HostSpec, *, apply: bool = Fal
                     give_back(ctx, session, original, rec.events(host.name))
                 except HostError as exc:  # say what the host was left on, and how to put it back
                     left = session.current()
-                    raise HostError(f"{host.name}: the host could not be given back to {original or 'nothing'}: {exc.message}; "
-                                    f"`current` is {left or 'nothing'}" + (" (a tune candidate)" if left != original else ""),
-                                    host=host.name, fix=f"fix the cause, then `specctl rollback {name} --to {original}`" if original
-                                    else f"`specctl stop {name}`") from exc
+                    raise HostError(
+                        f"{host.name}: the host could not be given back to {original or 'nothing'}: {exc.message}; "
+                        f"`current` is {left or 'nothing'}" + (" (a tune candidate)" if left != original else ""),
+                        host=host.name,
+                        fix=f"fix the cause, then `specctl rollback {name} --to {original}`"
+                        if original
+                        else f"`specctl stop {name}`",
+                    ) from exc
             result.restored = original
         result.winner = next((c for c in result.candidates if c.standing is elimination.best), None)
         if result.winner is not None:
@@ -328,27 +469,48 @@ def tune(ctx: Context, report: CheckReport, host: HostSpec, *, apply: bool = Fal
                 handle.write(next_profile_text(Path(report.inputs.profile_path), target, p, result.winner, result))
             result.profile_file = str(target)
         data = result.to_dict()
-        rec.host(host.name, release=result.winner.release if result.winner else None,
-                 commands=[list(c.argv) for c in result.candidates if c.argv],
-                 measurements={"candidates": [{"key": c.candidate.key, "release": c.release, "concurrency": concurrency,
-                                               **(c.measurement.to_dict() if c.measurement else {"requests": []})}
-                                              for c in result.candidates]},
-                 verdict={**data, "passed": result.winner is not None,
-                          "summary": result.winner.summary if result.winner and result.winner.summary else {}},
-                 passed=result.winner is not None)
+        rec.host(
+            host.name,
+            release=result.winner.release if result.winner else None,
+            commands=[list(c.argv) for c in result.candidates if c.argv],
+            measurements={
+                "candidates": [
+                    {
+                        "key": c.candidate.key,
+                        "release": c.release,
+                        "concurrency": concurrency,
+                        **(c.measurement.to_dict() if c.measurement else {"requests": []}),
+                    }
+                    for c in result.candidates
+                ]
+            },
+            verdict={
+                **data,
+                "passed": result.winner is not None,
+                "summary": result.winner.summary if result.winner and result.winner.summary else {},
+            },
+            passed=result.winner is not None,
+        )
         rec.outcome.status = "succeeded" if result.winner is not None else "failed"
-        rec.outcome.verdict = {"passed": result.winner is not None, "winner": data["winner"], "profile_file": result.profile_file,
-                               "requests": result.requests, "exhaustive_requests": data["exhaustive_requests"]}
+        rec.outcome.verdict = {
+            "passed": result.winner is not None,
+            "winner": data["winner"],
+            "profile_file": result.profile_file,
+            "requests": result.requests,
+            "exhaustive_requests": data["exhaustive_requests"],
+        }
     for c in result.candidates:  # each candidate's release keeps its copy of the run
         if c.release:
             rec.keep(session, c.release)
     if result.winner is None:
-        raise HostError(f"{host.name}: no candidate could be measured: {result.candidates[0].standing.failed}", host=host.name,
-                        fix="see `specctl show " + rec.run_id + "`; the host was given back to " + (original or "nothing"))
+        raise HostError(
+            f"{host.name}: no candidate could be measured: {result.candidates[0].standing.failed}",
+            host=host.name,
+            fix="see `specctl show " + rec.run_id + "`; the host was given back to " + (original or "nothing"),
+        )
     if apply and result.profile_file:
         from specctl.flows import static
         from specctl.flows.deploy import deploy
 
         [result.applied] = deploy(ctx, static.check(result.profile_file), [host], baseline_mode=baseline_mode)
     return result
-

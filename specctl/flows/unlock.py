@@ -12,19 +12,25 @@ from specctl.hosts.inventory import HostSpec
 from specctl.release import lock
 
 
-def unlock(ctx: Context, profile: dict[str, Any], sha256: str, hosts: Sequence[HostSpec], *, force: bool = False) -> tuple[str, dict[str, Any]]:
+def unlock(
+    ctx: Context, profile: dict[str, Any], sha256: str, hosts: Sequence[HostSpec], *, force: bool = False
+) -> tuple[str, dict[str, Any]]:
     """Per host the lock removed (None: there was none). A holder whose process still runs (or may:
     on another machine) is refused unless `force`."""
     name = profile["metadata"]["name"]
     removed: dict[str, Any] = {}
-    with recording(ctx, "unlock", hosts=[h.name for h in hosts], profile=profile, profile_sha256=sha256,
-                   inputs={"force": force}) as rec:
+    with recording(
+        ctx, "unlock", hosts=[h.name for h in hosts], profile=profile, profile_sha256=sha256, inputs={"force": force}
+    ) as rec:
         for host in hosts:
             session = ctx.session(host, name)
             held = lock.read(session.transport, session.base)
             if held is not None and not force and lock.holder_alive(held) is not False:
-                raise HostError(f"{host.name}: {session.base} is locked by {lock.describe(held)}", host=host.name,
-                                fix="wait for it to finish; if you know it is dead, pass --force")
+                raise HostError(
+                    f"{host.name}: {session.base} is locked by {lock.describe(held)}",
+                    host=host.name,
+                    fix="wait for it to finish; if you know it is dead, pass --force",
+                )
             if held is not None:
                 lock.release(session.transport, session.base)
             removed[host.name] = held

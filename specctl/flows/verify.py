@@ -24,10 +24,8 @@ from specctl.hosts.group import run_group
 from specctl.hosts.inventory import HostSpec
 from specctl.plan.findings import Finding, Severity
 from specctl.plan.host_checks import check_host
-from specctl.profile.profile import Profile
 from specctl.release import release as rel
 from specctl.verdict import gates as gate
-from specctl.verdict import stats
 from specctl.verdict.client import EngineClient, EngineHTTPError
 from specctl.verdict.measure import warm_up
 from specctl.verdict.points import Baseline, PointResult, measure_points, measurements_dict
@@ -65,14 +63,27 @@ class HostVerdict:
 
     @property
     def passed(self) -> bool:
-        return (not any(f.severity is Severity.ERROR for f in self.findings) and not self.drift
-                and all(g.passed for g in self.gates))
+        return (
+            not any(f.severity is Severity.ERROR for f in self.findings)
+            and not self.drift
+            and all(g.passed for g in self.gates)
+        )
 
     def to_dict(self) -> dict[str, Any]:
-        return {"host": self.host, "release": self.release, "profile": self.profile, "version": self.version,
-                "passed": self.passed, "findings": [f.to_dict() for f in self.findings], "drift": self.drift,
-                "gates": [g.to_dict() for g in self.gates], "summary": self.summary, "stopped_early": self.stopped_early,
-                "points": [p.to_dict() for p in self.points], "baseline_run": self.baseline_run}
+        return {
+            "host": self.host,
+            "release": self.release,
+            "profile": self.profile,
+            "version": self.version,
+            "passed": self.passed,
+            "findings": [f.to_dict() for f in self.findings],
+            "drift": self.drift,
+            "gates": [g.to_dict() for g in self.gates],
+            "summary": self.summary,
+            "stopped_early": self.stopped_early,
+            "points": [p.to_dict() for p in self.points],
+            "baseline_run": self.baseline_run,
+        }
 
 
 def drift(expected: dict[str, str], reported: dict[str, str | None]) -> list[dict[str, Any]]:
@@ -99,47 +110,86 @@ def verify_release(session: HostSession, run_id: str, *, baseline: tuple[str, Ba
     profile = docs.profile
     engine = get_engine(profile.engine.name)
     cancel = session.ctx.cancel
-    verdict = HostVerdict(t.name, run_id, profile.metadata.name, profile.metadata.version,
-                          baseline_run=baseline[0] if baseline else None)
+    verdict = HostVerdict(
+        t.name, run_id, profile.metadata.name, profile.metadata.version, baseline_run=baseline[0] if baseline else None
+    )
     session.progress("host facts")
     allocated = session.target.facts(session.release(run_id))  # a job's own machine, where the target knows it
-    facts = host_facts.read(t.name, profile.engine.port, allocated) if allocated is not None else host_facts.gather(
-        t, python=profile.engine.python, root=session.root, port=profile.engine.port, distribution=engine.distribution())
+    facts = (
+        host_facts.read(t.name, profile.engine.port, allocated)
+        if allocated is not None
+        else host_facts.gather(
+            t,
+            python=profile.engine.python,
+            root=session.root,
+            port=profile.engine.port,
+            distribution=engine.distribution(),
+        )
+    )
     verdict.facts = facts.to_dict()
     verdict.findings = check_host(profile, verdict.facts, engine)
-    client = EngineClient(session.server_url(session.release(run_id), profile.engine.port), timeout_s=REQUEST_DEADLINE_S, cancel=cancel)
+    client = EngineClient(
+        session.server_url(session.release(run_id), profile.engine.port), timeout_s=REQUEST_DEADLINE_S, cancel=cancel
+    )
     session.progress("drift")
     try:
         info = client.server_info()
     except EngineHTTPError as exc:
         verdict.drift = [{"field": "server", "expected": "answering", "reported": exc.message}]
         return verdict
-    expected = engine.expected_server_args(docs.plan["nodes"][0]["argv"], session.release(run_id).dir, profile.engine.version)
+    expected = engine.expected_server_args(
+        docs.plan["nodes"][0]["argv"], session.release(run_id).dir, profile.engine.version
+    )
     verdict.drift = drift(expected, engine.reported_server_args(info))
     v = profile.verify
     contract = engine.http_contract(profile.engine.version)
-    no_counters = gate.NO_COUNTERS if contract.spec_counters else (
-        f"sglang {profile.engine.version} reports no speculative counters (meta_info.spec_verify_ct first appears "
-        "in 0.4.2), so verify cannot measure accept length on it")
+    no_counters = (
+        gate.NO_COUNTERS
+        if contract.spec_counters
+        else (
+            f"sglang {profile.engine.version} reports no speculative counters (meta_info.spec_verify_ct first appears "
+            "in 0.4.2), so verify cannot measure accept length on it"
+        )
+    )
     prompts = release_prompts(session.release(run_id), docs, engine, ids=v.stream)
     verdict.route = prompts.route + (" (streamed)" if v.stream else "")
     warm_up(client, prompts, max_new_tokens=v.max_new_tokens, temperature=v.temperature)
-    verdict.points = measure_points(client, prompts, v, baseline=baseline[1] if baseline else None,
-                                    eagle_topk=profile.speculative.eagle_topk, no_counters=no_counters,
-                                    progress=session.progress, cancelled=lambda: cancel.cancelled)
+    verdict.points = measure_points(
+        client,
+        prompts,
+        v,
+        baseline=baseline[1] if baseline else None,
+        eagle_topk=profile.speculative.eagle_topk,
+        no_counters=no_counters,
+        progress=session.progress,
+        cancelled=lambda: cancel.cancelled,
+    )
     cancel.check()
     return verdict
 
 
-def verify_and_record(rec: Recorder, session: HostSession, run_id: str, *, report: CheckReport | None, baseline_mode: str,
-                      extra_findings: Sequence[Finding] = ()) -> HostVerdict:
+def verify_and_record(
+    rec: Recorder,
+    session: HostSession,
+    run_id: str,
+    *,
+    report: CheckReport | None,
+    baseline_mode: str,
+    extra_findings: Sequence[Finding] = (),
+) -> HostVerdict:
     """The verify stage of every flow: measure against the matching baseline, record the verdict in
     the ledger and in the release, and move `known-good` when it passed. The caller holds the lock."""
     verdict = verify_release(session, run_id, baseline=baseline_for(session, run_id, report, baseline_mode))
     verdict.findings = [*extra_findings, *verdict.findings]
-    rec.host(session.name, release=run_id, facts=verdict.facts, commands=session.docs(run_id).commands(),
-             measurements=measurements_dict(verdict.points) if verdict.points else None,
-             verdict=verdict.to_dict(), passed=verdict.passed)
+    rec.host(
+        session.name,
+        release=run_id,
+        facts=verdict.facts,
+        commands=session.docs(run_id).commands(),
+        measurements=measurements_dict(verdict.points) if verdict.points else None,
+        verdict=verdict.to_dict(),
+        passed=verdict.passed,
+    )
     release = session.release(run_id)
     keep_verdict(release, verdict.passed, rec.run_id)
     if verdict.passed:
@@ -147,7 +197,9 @@ def verify_and_record(rec: Recorder, session: HostSession, run_id: str, *, repor
     return verdict
 
 
-def verify(ctx: Context, report: CheckReport, hosts: Sequence[HostSpec], *, baseline_mode: str = "auto") -> list[HostReport]:
+def verify(
+    ctx: Context, report: CheckReport, hosts: Sequence[HostSpec], *, baseline_mode: str = "auto"
+) -> list[HostReport]:
     """Verify what runs on each host against the profile: one recorded verify run, each host locked
     for its whole length (a deploy cannot replace the server under the measurement)."""
     p = report.inputs.profile
@@ -161,13 +213,23 @@ def verify(ctx: Context, report: CheckReport, hosts: Sequence[HostSpec], *, base
         session.hold(rec.run_id)  # released with the run's copy (keep_all)
         current = session.current()
         if current is None:
-            raise InputError(f"{host.name}: {name} has no current release",
-                             fix=f"deploy it first: specctl deploy PROFILE --hosts {host.name}")
-        verdict = verify_and_record(rec, session, current, report=report, baseline_mode=baseline_mode, extra_findings=static_errors)
+            raise InputError(
+                f"{host.name}: {name} has no current release",
+                fix=f"deploy it first: specctl deploy PROFILE --hosts {host.name}",
+            )
+        verdict = verify_and_record(
+            rec, session, current, report=report, baseline_mode=baseline_mode, extra_findings=static_errors
+        )
         summary = session.docs(current).summary
         if summary.get("sha256") != report.inputs.profile_sha256:
-            verdict.drift.insert(0, {"field": "profile", "expected": f"v{p.metadata.version} ({report.inputs.profile_sha256[:12]})",
-                                     "reported": f"v{summary.get('version')} ({str(summary.get('sha256'))[:12]})"})
+            verdict.drift.insert(
+                0,
+                {
+                    "field": "profile",
+                    "expected": f"v{p.metadata.version} ({report.inputs.profile_sha256[:12]})",
+                    "reported": f"v{summary.get('version')} ({str(summary.get('sha256'))[:12]})",
+                },
+            )
         return verdict
 
     try:
@@ -177,11 +239,16 @@ def verify(ctx: Context, report: CheckReport, hosts: Sequence[HostSpec], *, base
             for h in hosts:
                 if h.name in group.results:
                     v = group.results[h.name]
-                    reports[h.name] = HostReport(h.name, True, v.release, "passed" if v.passed else "FAILED", v.to_dict())
+                    reports[h.name] = HostReport(
+                        h.name, True, v.release, "passed" if v.passed else "FAILED", v.to_dict()
+                    )
                 else:
                     reports[h.name] = HostReport(h.name, False, None, error_text(group.errors[h.name]))
             rec.outcome.status = "succeeded" if all(r.passed for r in reports.values()) else "failed"
-            rec.outcome.verdict = {"passed": rec.outcome.status == "succeeded", "hosts": {h: r.verdict for h, r in reports.items()}}
+            rec.outcome.verdict = {
+                "passed": rec.outcome.status == "succeeded",
+                "hosts": {h: r.verdict for h, r in reports.items()},
+            }
         rec.keep_all([(sessions[h.name], reports[h.name].release) for h in hosts])
     finally:
         let_go_all(list(sessions.values()))  # stopped before the keep: no lock stays behind

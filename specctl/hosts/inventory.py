@@ -33,13 +33,16 @@ class HostSpec:
     slurm: SlurmCluster | None = None  # a cluster: this is its login node, and sbatch places the servers
 
     def transport(self, *, ssh_config: str | None = None, accept_new_host_key: bool = False) -> Transport:
-        if self.ssh_alias is None and (self.name == LOCAL or (self.slurm is not None and self.slurm.login == LOCAL and not self.ssh_overrides)):
+        if self.ssh_alias is None and (
+            self.name == LOCAL or (self.slurm is not None and self.slurm.login == LOCAL and not self.ssh_overrides)
+        ):
             return local_transport(self.name)
         from specctl.hosts.ssh import SshOptions, resolve, ssh_transport
 
         options = SshOptions(config_path=ssh_config, accept_new_host_key=accept_new_host_key)
-        return ssh_transport(self.name, resolve(self.ssh_alias or self.name, options, self.ssh_overrides), options,
-                             address=self.address)
+        return ssh_transport(
+            self.name, resolve(self.ssh_alias or self.name, options, self.ssh_overrides), options, address=self.address
+        )
 
 
 def inventory_path(explicit: str | None) -> Path | None:
@@ -75,7 +78,9 @@ def resolve_hosts(names: Sequence[str], inventory: Path | None) -> list[HostSpec
                     out.append(HostSpec(LOCAL, DEFAULT_ROOT, None, None, {}))
                     continue
                 where = f"in {inventory}" if inventory else "(no inventory: pass --inventory or create hosts.yaml)"
-                raise InputError(f"unknown host or group {member!r} {where}", fix="add it under hosts: or groups: in the inventory")
+                raise InputError(
+                    f"unknown host or group {member!r} {where}", fix="add it under hosts: or groups: in the inventory"
+                )
             entry = hosts[member]
             alias, overrides = _ssh(entry)
             out.append(HostSpec(member, entry.root, entry.python, alias, overrides, entry.address, entry.hf_home))
@@ -91,17 +96,29 @@ def _ssh(entry: Host) -> tuple[str | None, dict[str, object]]:
     return (entry.ssh, {}) if isinstance(entry.ssh, str) else (None, {})
 
 
-def _cluster_spec(name: str, cluster: SlurmCluster | KubernetesCluster, hosts: Mapping[str, Host], inventory: Path | None) -> HostSpec:
+def _cluster_spec(
+    name: str, cluster: SlurmCluster | KubernetesCluster, hosts: Mapping[str, Host], inventory: Path | None
+) -> HostSpec:
     """A Slurm cluster as the host deploys talk to: its login node, with the cluster's shared root.
     Its servers' addresses come from each job's allocation, not from the login node."""
     from specctl.profile.inventory import KubernetesCluster
 
     if isinstance(cluster, KubernetesCluster):
-        raise InputError(f"{name} is a Kubernetes cluster: specctl renders its objects but does not apply them yet",
-                         fix=f"specctl render PROFILE --target k8s --cluster {name} --inventory {inventory} | kubectl apply -f -")
+        raise InputError(
+            f"{name} is a Kubernetes cluster: specctl renders its objects but does not apply them yet",
+            fix=f"specctl render PROFILE --target k8s --cluster {name} --inventory {inventory} | kubectl apply -f -",
+        )
     if cluster.login == LOCAL:
         return HostSpec(name, cluster.root, cluster.python, None, {}, slurm=cluster)
     login = hosts[cluster.login]
     alias, overrides = _ssh(login)
-    return HostSpec(name, cluster.root, cluster.python or login.python, alias or (None if overrides else cluster.login), overrides,
-                    login.address, login.hf_home, slurm=cluster)
+    return HostSpec(
+        name,
+        cluster.root,
+        cluster.python or login.python,
+        alias or (None if overrides else cluster.login),
+        overrides,
+        login.address,
+        login.hf_home,
+        slurm=cluster,
+    )

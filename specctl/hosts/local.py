@@ -14,13 +14,20 @@ from specctl.hosts.transport import Completed, OnOutput, Transport
 LOCAL = "local"
 
 
-def _run(argv: Sequence[str], *, timeout_s: float, env: Mapping[str, str] | None, stdin: bytes | None,
-         on_stdout: OnOutput | None = None) -> Completed:
+def _run(
+    argv: Sequence[str],
+    *,
+    timeout_s: float,
+    env: Mapping[str, str] | None,
+    stdin: bytes | None,
+    on_stdout: OnOutput | None = None,
+) -> Completed:
     if on_stdout is not None:
         return _streamed(argv, timeout_s=timeout_s, env=env, on_stdout=on_stdout)
     try:
-        done = subprocess.run(list(argv), input=stdin, capture_output=True, timeout=timeout_s,
-                              env={**os.environ, **env} if env else None)
+        done = subprocess.run(
+            list(argv), input=stdin, capture_output=True, timeout=timeout_s, env={**os.environ, **env} if env else None
+        )
     except subprocess.TimeoutExpired:
         return Completed(124, b"", f"timed out after {timeout_s:.0f} s")
     except FileNotFoundError as exc:
@@ -28,14 +35,21 @@ def _run(argv: Sequence[str], *, timeout_s: float, env: Mapping[str, str] | None
     return Completed(done.returncode, done.stdout, done.stderr.decode(errors="replace"))
 
 
-def _streamed(argv: Sequence[str], *, timeout_s: float, env: Mapping[str, str] | None, on_stdout: OnOutput) -> Completed:
+def _streamed(
+    argv: Sequence[str], *, timeout_s: float, env: Mapping[str, str] | None, on_stdout: OnOutput
+) -> Completed:
     """A command whose output is handed on as it comes; its error text is kept in a file, not a pipe
     that nobody reads while it runs."""
     deadline = time.monotonic() + timeout_s
     with tempfile.TemporaryFile() as err:
         try:
-            process = subprocess.Popen(list(argv), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=err,
-                                       env={**os.environ, **env} if env else None)
+            process = subprocess.Popen(
+                list(argv),
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=err,
+                env={**os.environ, **env} if env else None,
+            )
         except FileNotFoundError as exc:
             return Completed(127, b"", str(exc))
         assert process.stdout is not None

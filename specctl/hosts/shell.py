@@ -18,7 +18,6 @@ goes through a pipe. Every command is read by `sh`, whatever the user's login sh
 from __future__ import annotations
 
 import shlex
-import socket
 import time
 
 import paramiko
@@ -30,12 +29,14 @@ ANSWER_SLACK_S = 15.0  # past a command's own timeout: the kill's grace (5 s) an
 # Before it says it is ready, the shell checks what its framing relies on: GNU head (busybox's reads
 # ahead of what it was asked for, which would swallow the next frame) and a `timeout` with -k. A
 # host without them never says ready, and gets a channel per command.
-_LOOP = ('head --version 2>/dev/null | grep -q GNU || exit 3; timeout -k 1 5 true || exit 3; '
-         'd=$(mktemp -d) || exit 1; trap \'rm -rf "$d"\' EXIT; printf "specctl-shell 1\\n"; '
-         'while IFS=" " read -r nc ni t; do '
-         'c=$(head -c "$nc"; printf x); c=${c%x}; '
-         'head -c "$ni" | { timeout -k 5 "$t" sh -c "$c" >"$d/o" 2>"$d/e"; r=$?; cat >/dev/null; exit $r; }; rc=$?; '
-         'printf "%s %s %s\\n" "$rc" $(wc -c <"$d/o") $(wc -c <"$d/e"); cat "$d/o" "$d/e"; done')
+_LOOP = (
+    "head --version 2>/dev/null | grep -q GNU || exit 3; timeout -k 1 5 true || exit 3; "
+    'd=$(mktemp -d) || exit 1; trap \'rm -rf "$d"\' EXIT; printf "specctl-shell 1\\n"; '
+    'while IFS=" " read -r nc ni t; do '
+    'c=$(head -c "$nc"; printf x); c=${c%x}; '
+    'head -c "$ni" | { timeout -k 5 "$t" sh -c "$c" >"$d/o" 2>"$d/e"; r=$?; cat >/dev/null; exit $r; }; rc=$?; '
+    'printf "%s %s %s\\n" "$rc" $(wc -c <"$d/o") $(wc -c <"$d/e"); cat "$d/o" "$d/e"; done'
+)
 
 
 class ShellGone(Exception):
@@ -93,8 +94,8 @@ class RemoteShell:
         while (end := self._buffer.find(b"\n")) < 0:
             if not self._fill(deadline):
                 return None
-        line = bytes(self._buffer[:end + 1])
-        del self._buffer[:end + 1]
+        line = bytes(self._buffer[: end + 1])
+        del self._buffer[: end + 1]
         return line
 
     def _exactly(self, count: int, deadline: float) -> bytes | None:
@@ -116,7 +117,7 @@ class RemoteShell:
         self.channel.settimeout(min(left, 1.0))
         try:
             data = self.channel.recv(65536)
-        except socket.timeout:
+        except TimeoutError:
             return True  # loop again: the deadline decides
         if not data:
             raise ShellGone("the shell's channel closed")

@@ -20,7 +20,6 @@ import hashlib
 import os
 import select
 import shlex
-import socket
 import subprocess
 import threading
 import time
@@ -34,15 +33,17 @@ import paramiko
 
 from specctl.errors import ConnectionLost, HostError, InputError
 from specctl.hosts.shell import RemoteShell, ShellGone
-from specctl.hosts.tunnel import Tunnel
 from specctl.hosts.transport import Completed, OnOutput, Transport
+from specctl.hosts.tunnel import Tunnel
 
 CONNECT_TIMEOUT_S = 10.0
 CONNECT_ATTEMPTS = 4
 BACKOFF_S = 0.5
 # Export NAME=base64(value) lines from stdin, then exec the command: secrets never appear in an argv.
-_ENV_WRAPPER = ('while IFS= read -r line; do name=${line%%=*}; value=$(printf %s "${line#*=}" | base64 -d) || exit 97; '
-                'export "$name=$value"; done; exec "$@"')
+_ENV_WRAPPER = (
+    'while IFS= read -r line; do name=${line%%=*}; value=$(printf %s "${line#*=}" | base64 -d) || exit 97; '
+    'export "$name=$value"; done; exec "$@"'
+)
 
 
 @dataclass(frozen=True)
@@ -93,8 +94,10 @@ def _ssh_config(options: SshOptions) -> Any:
     """A fabric Config holding the parsed ssh_config files, and none of fabric's own config files."""
     path = Path(options.config_path).expanduser() if options.config_path is not None else None
     if path is not None and not path.is_file():
-        raise InputError(f"ssh_config {options.config_path} not found",
-                         fix="pass --ssh-config (or SPECCTL_SSH_CONFIG) an existing file, or leave it out for ~/.ssh/config")
+        raise InputError(
+            f"ssh_config {options.config_path} not found",
+            fix="pass --ssh-config (or SPECCTL_SSH_CONFIG) an existing file, or leave it out for ~/.ssh/config",
+        )
     # lazy: none of fabric's own files (/etc/fabric.yaml, ~/.fabric.yaml); a runtime path alone, as `ssh -F`
     config = fabric.Config(lazy=True, runtime_ssh_path=str(path) if path else None)
     config.load_ssh_config()
@@ -124,19 +127,28 @@ def _resolve(spec: str, config: Any, o: Mapping[str, Any], *, own_route: bool, s
         if first in (conn.original_host, hostname):
             jump = None  # a Host pattern that matches its own jump host: reach it directly, as ssh does
         elif first in seen:
-            raise InputError(f"ProxyJump loops: {' -> '.join((*seen, conn.original_host, first))}",
-                             fix=f"set `ProxyJump none` in the ssh_config's Host block for {first}")
+            raise InputError(
+                f"ProxyJump loops: {' -> '.join((*seen, conn.original_host, first))}",
+                fix=f"set `ProxyJump none` in the ssh_config's Host block for {first}",
+            )
         else:
-            jumps = (_resolve(hops[0], config, {}, own_route=True, seen=(*seen, conn.original_host)),
-                     *(_resolve(hop, config, {}, own_route=False, seen=()) for hop in hops[1:]))
+            jumps = (
+                _resolve(hops[0], config, {}, own_route=True, seen=(*seen, conn.original_host)),
+                *(_resolve(hop, config, {}, own_route=False, seen=()) for hop in hops[1:]),
+            )
     identity = [o["identity_file"]] if o.get("identity_file") else entry.get("identityfile", [])
     known = str(entry.get("userknownhostsfile", "~/.ssh/known_hosts")).split()
     return SshTarget(
-        alias=spec, hostname=hostname, port=int(o.get("port") or conn.port), user=o.get("user") or conn.user,
-        identity_files=tuple(os.path.expanduser(p) for p in identity), proxy_jump=jump,
+        alias=spec,
+        hostname=hostname,
+        port=int(o.get("port") or conn.port),
+        user=o.get("user") or conn.user,
+        identity_files=tuple(os.path.expanduser(p) for p in identity),
+        proxy_jump=jump,
         known_hosts=tuple(os.path.expanduser(p) for p in known),
         proxy_command=_none(entry.get("proxycommand")) if own_route and not jumps else None,
-        connect_timeout_s=float(conn.connect_timeout) if conn.connect_timeout else None, jumps=jumps,
+        connect_timeout_s=float(conn.connect_timeout) if conn.connect_timeout else None,
+        jumps=jumps,
     )
 
 
@@ -168,9 +180,11 @@ class _KnownHostsPolicy(paramiko.MissingHostKeyPolicy):  # type: ignore[misc]
 
     def missing_host_key(self, client: paramiko.SSHClient, hostname: str, key: paramiko.PKey) -> None:
         if not self.accept_new:
-            raise HostError(f"{self.alias}: unknown host key {key.get_name()} {fingerprint(key)} for {_which(self.jump, hostname)}",
-                            host=self.alias,
-                            fix="verify the fingerprint, then add it to known_hosts (ssh-keyscan) or pass --accept-new-host-key")
+            raise HostError(
+                f"{self.alias}: unknown host key {key.get_name()} {fingerprint(key)} for {_which(self.jump, hostname)}",
+                host=self.alias,
+                fix="verify the fingerprint, then add it to known_hosts (ssh-keyscan) or pass --accept-new-host-key",
+            )
         client.get_host_keys().add(hostname, key.get_name(), key)
         path = Path(self.hop.known_hosts[0] if self.hop.known_hosts else "~/.ssh/known_hosts").expanduser()
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -185,7 +199,7 @@ class _ProxyCommand(paramiko.ProxyCommand):  # type: ignore[misc]
     def recv(self, size: int) -> bytes:
         ready, _, _ = select.select([self.process.stdout], [], [], self.timeout)
         if not ready:
-            raise socket.timeout()
+            raise TimeoutError()
         data = os.read(self.process.stdout.fileno(), size)
         if not data:
             raise EOFError(f"ProxyCommand exited: {' '.join(self.cmd)}")
@@ -230,8 +244,13 @@ class SshRunner:
         """Open hop i of the route: through hop i-1's direct-tcpip channel, its ProxyCommand, or directly."""
         t, hop = self.target, self._route[i]
         jump = hop.alias if i < len(self._route) - 1 else None
-        where = f"jump host {hop.alias} ({hop.hostname}:{hop.port})" if jump else \
-            f"from {self._route[i - 1].alias} to {hop.hostname}:{hop.port}" if i else ""
+        where = (
+            f"jump host {hop.alias} ({hop.hostname}:{hop.port})"
+            if jump
+            else f"from {self._route[i - 1].alias} to {hop.hostname}:{hop.port}"
+            if i
+            else ""
+        )
         timeout = hop.connect_timeout_s or self.options.connect_timeout_s
         client = paramiko.SSHClient()
         for path in hop.known_hosts:
@@ -248,20 +267,34 @@ class SshRunner:
                 sock = previous.open_channel("direct-tcpip", (hop.hostname, hop.port), ("", 0), timeout=timeout)
             elif hop.proxy_command:
                 sock = _ProxyCommand(hop.proxy_command)
-            client.connect(hop.hostname, port=hop.port, username=hop.user, key_filename=list(hop.identity_files) or None,
-                           timeout=timeout, banner_timeout=timeout, auth_timeout=timeout, sock=sock,
-                           allow_agent=True, look_for_keys=True)
+            client.connect(
+                hop.hostname,
+                port=hop.port,
+                username=hop.user,
+                key_filename=list(hop.identity_files) or None,
+                timeout=timeout,
+                banner_timeout=timeout,
+                auth_timeout=timeout,
+                sock=sock,
+                allow_agent=True,
+                look_for_keys=True,
+            )
         except paramiko.BadHostKeyException as exc:
             raise HostError(
-                f"{t.alias}: the host key CHANGED for {_which(jump, exc.hostname)}: expected {fingerprint(exc.expected_key)}, "
-                f"got {fingerprint(exc.key)}", host=t.alias,
-                fix="if the host was really reinstalled, remove the old key (ssh-keygen -R) after verifying the new one; "
-                    "specctl never accepts a changed key") from None
+                f"{t.alias}: the host key CHANGED for {_which(jump, exc.hostname)}: "
+                f"expected {fingerprint(exc.expected_key)}, got {fingerprint(exc.key)}",
+                host=t.alias,
+                fix="if the host was really reinstalled, remove the old key (ssh-keygen -R) "
+                "after verifying the new one; specctl never accepts a changed key",
+            ) from None
         except paramiko.AuthenticationException as exc:
             on = f" on {_which(jump, hop.hostname)}" if jump else ""
-            raise HostError(f"{t.alias}: authentication failed as {hop.user or 'the default user'}{on}: {exc}", host=t.alias,
-                            fix="check User and IdentityFile in ~/.ssh/config, or load the key into ssh-agent") from None
-        except (OSError, socket.timeout, paramiko.SSHException, EOFError) as exc:
+            raise HostError(
+                f"{t.alias}: authentication failed as {hop.user or 'the default user'}{on}: {exc}",
+                host=t.alias,
+                fix="check User and IdentityFile in ~/.ssh/config, or load the key into ssh-agent",
+            ) from None
+        except (TimeoutError, OSError, paramiko.SSHException, EOFError) as exc:
             raise _Unreachable(where, exc) from exc
         return client
 
@@ -303,18 +336,33 @@ class SshRunner:
                 self.close()  # the next attempt starts from the first hop: a jump host may be what broke
                 if attempt == CONNECT_ATTEMPTS:
                     t = self.target
-                    via = f" through {' -> '.join(j.alias for j in self._route[:-1])}" if t.jumps else \
-                        f" through ProxyCommand `{t.proxy_command}`" if t.proxy_command else ""
+                    via = (
+                        f" through {' -> '.join(j.alias for j in self._route[:-1])}"
+                        if t.jumps
+                        else f" through ProxyCommand `{t.proxy_command}`"
+                        if t.proxy_command
+                        else ""
+                    )
                     error = ConnectionLost if self._was_connected else HostError  # lost and not back, or never there
-                    raise error(f"{t.alias}: cannot connect to {t.hostname}:{t.port}{via} after {attempt} attempts: {exc}",
-                                host=t.alias, fix=f"check that {'the host and its jump hosts are' if t.jumps else 'the host is'} up "
-                                                  f"and sshd listens there (ssh -v {t.alias})") from None
+                    raise error(
+                        f"{t.alias}: cannot connect to {t.hostname}:{t.port}{via} after {attempt} attempts: {exc}",
+                        host=t.alias,
+                        fix=f"check that {'the host and its jump hosts are' if t.jumps else 'the host is'} up "
+                        f"and sshd listens there (ssh -v {t.alias})",
+                    ) from None
                 time.sleep(delay)
                 delay *= 2
         raise AssertionError("unreachable")
 
-    def __call__(self, argv: Sequence[str], *, timeout_s: float, env: Mapping[str, str] | None,
-                 stdin: bytes | None, on_stdout: OnOutput | None = None) -> Completed:
+    def __call__(
+        self,
+        argv: Sequence[str],
+        *,
+        timeout_s: float,
+        env: Mapping[str, str] | None,
+        stdin: bytes | None,
+        on_stdout: OnOutput | None = None,
+    ) -> Completed:
         if env:
             if stdin is not None:
                 raise ValueError("env and stdin cannot both be sent")
@@ -353,8 +401,14 @@ class SshRunner:
             return Completed(124, b"", f"timed out after {timeout_s:.0f} s")
         return done
 
-    def _on_channel(self, transport: paramiko.Transport, command: str, stdin: bytes | None, timeout_s: float,
-                    on_stdout: OnOutput | None = None) -> Completed:
+    def _on_channel(
+        self,
+        transport: paramiko.Transport,
+        command: str,
+        stdin: bytes | None,
+        timeout_s: float,
+        on_stdout: OnOutput | None = None,
+    ) -> Completed:
         """The command on an SSH channel of its own (a long one streams its output through it), read
         by `sh` as in the long-lived shell, whatever the user's login shell is."""
         command = shlex.join(["sh", "-c", command])
@@ -398,8 +452,11 @@ class SshRunner:
             self._client.close()
         self._clients[-1] = None  # the jump hosts stay open when they still are: the next connect reuses them
         cause = f": {exc}" if exc else ""
-        raise ConnectionLost(f"{self.target.alias}: the connection broke during `{command[:80]}`{cause}", host=self.target.alias,
-                             fix="check the host and the network; `specctl status` shows what runs there once it answers")
+        raise ConnectionLost(
+            f"{self.target.alias}: the connection broke during `{command[:80]}`{cause}",
+            host=self.target.alias,
+            fix="check the host and the network; `specctl status` shows what runs there once it answers",
+        )
 
     def forward(self, host: str, port: int) -> tuple[str, int]:
         """A local address that reaches (host, port) from this host, through this connection (one

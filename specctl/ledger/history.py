@@ -30,8 +30,10 @@ def find_run(book: Ledger, ref: str) -> Run:
         rows = book.db.execute("SELECT id FROM runs WHERE id LIKE ? OR id LIKE ?", (f"%-{ref}", f"{ref}%")).fetchall()
         matches = sorted({str(row[0]) for row in rows})
         if len(matches) > 1:
-            raise InputError(f"{ref!r} matches {len(matches)} runs: {', '.join(matches[:5])}",
-                             fix="give more of the run id (`specctl runs -o wide` shows whole ids)")
+            raise InputError(
+                f"{ref!r} matches {len(matches)} runs: {', '.join(matches[:5])}",
+                fix="give more of the run id (`specctl runs -o wide` shows whole ids)",
+            )
         if matches:
             return book.get(matches[0])
     return book.get(ref)
@@ -66,9 +68,18 @@ def _estimate(value: Any) -> float | None:
 
 def brief(run: Run) -> dict[str, Any]:
     """A run's identity and outcome, as `runs` lists it (with `metrics` beside it)."""
-    return {"id": run.id, "kind": run.kind, "profile": run.profile, "version": run.profile_version, "hosts": run.hosts,
-            "status": run.status, "passed": run.passed, "parent": run.parent, "started_at": run.started_at,
-            "finished_at": run.finished_at}
+    return {
+        "id": run.id,
+        "kind": run.kind,
+        "profile": run.profile,
+        "version": run.profile_version,
+        "hosts": run.hosts,
+        "status": run.status,
+        "passed": run.passed,
+        "parent": run.parent,
+        "started_at": run.started_at,
+        "finished_at": run.finished_at,
+    }
 
 
 def flatten(value: Any, prefix: str = "") -> dict[str, Any]:
@@ -83,8 +94,13 @@ def flatten(value: Any, prefix: str = "") -> dict[str, Any]:
 
 def run_diff(a: Run, b: Run) -> dict[str, list[dict[str, Any]]]:
     """Profile fields, rendered commands, host facts and measurements where the two runs differ."""
+
     def rows(left: dict[str, Any], right: dict[str, Any]) -> list[dict[str, Any]]:
-        return [{"field": k, "a": left.get(k), "b": right.get(k)} for k in sorted(set(left) | set(right)) if left.get(k) != right.get(k)]
+        return [
+            {"field": k, "a": left.get(k), "b": right.get(k)}
+            for k in sorted(set(left) | set(right))
+            if left.get(k) != right.get(k)
+        ]
 
     def first(run: Run, attr: str) -> Any:
         return next((getattr(h, attr) for h in run.host_records if getattr(h, attr)), None)
@@ -98,7 +114,11 @@ def run_diff(a: Run, b: Run) -> dict[str, list[dict[str, Any]]]:
         "profile": rows(flatten(a.inputs.get("profile") or {}), flatten(b.inputs.get("profile") or {})),
         "capture": rows(flatten(a.inputs.get("capture") or {}), flatten(b.inputs.get("capture") or {})),
         "commands": commands,
-        "facts": [r for r in rows(flatten(first(a, "facts") or {}), flatten(first(b, "facts") or {})) if r["field"] not in skip],
+        "facts": [
+            r
+            for r in rows(flatten(first(a, "facts") or {}), flatten(first(b, "facts") or {}))
+            if r["field"] not in skip
+        ],
         "measurements": _measured(metrics(a), metrics(b)),
     }
 
@@ -118,6 +138,12 @@ def trend(found: list[Run]) -> dict[str, list[dict[str, Any]]]:
     series: dict[str, list[dict[str, Any]]] = {}
     for r in found:
         m = metrics(r)
-        if r.profile and r.kind != "baseline" and (m["accept_length"] is not None or m["output_tokens_per_s"] is not None):
-            series.setdefault(r.profile, []).append({"run": r.id, "at": r.started_at, "version": r.profile_version, **m})
+        if (
+            r.profile
+            and r.kind != "baseline"
+            and (m["accept_length"] is not None or m["output_tokens_per_s"] is not None)
+        ):
+            series.setdefault(r.profile, []).append(
+                {"run": r.id, "at": r.started_at, "version": r.profile_version, **m}
+            )
     return series

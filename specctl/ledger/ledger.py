@@ -321,10 +321,13 @@ class Ledger:
         elif version > SCHEMA_VERSION:
             raise _newer_schema(self.path, version)
         elif version < SCHEMA_VERSION:
-            raise LedgerError(f"{self.path} has ledger schema {version}; this specctl reads schema {SCHEMA_VERSION}"
-                              " and migrates a ledger only when a command writes to it", path=str(self.path),
-                              fix="run any command that writes the ledger (deploy, verify, baseline, rollback, unlock) once"
-                                  " with this specctl, as a user who can write the file; reading commands work after that")
+            raise LedgerError(
+                f"{self.path} has ledger schema {version}; this specctl reads schema {SCHEMA_VERSION}"
+                " and migrates a ledger only when a command writes to it",
+                path=str(self.path),
+                fix="run any command that writes the ledger (deploy, verify, baseline, rollback, unlock) once"
+                " with this specctl, as a user who can write the file; reading commands work after that",
+            )
 
     def _migrate(self) -> None:
         """One migration per transaction, the version read inside it: two commands opening a new
@@ -348,8 +351,11 @@ class Ledger:
     def _refuse_foreign(self) -> None:
         """At schema 0, tables mean another program's database: a migration would write ours into it."""
         if self.db.execute("SELECT 1 FROM sqlite_master LIMIT 1").fetchall():
-            raise LedgerError(f"{self.path} is an SQLite database but not a specctl ledger (it has tables and no ledger schema)",
-                              path=str(self.path), fix=_ELSEWHERE[0].upper() + _ELSEWHERE[1:])
+            raise LedgerError(
+                f"{self.path} is an SQLite database but not a specctl ledger (it has tables and no ledger schema)",
+                path=str(self.path),
+                fix=_ELSEWHERE[0].upper() + _ELSEWHERE[1:],
+            )
 
     def _close_orphans(self) -> None:
         """Runs left `running` by a process of this machine that is gone were killed (SIGKILL, power)."""
@@ -360,34 +366,82 @@ class Ledger:
                 self.finish(row["id"], "killed", note="its process was gone when the ledger was next opened")
 
     # --- writing ---------------------------------------------------------------------------------
-    def begin(self, run_id: str, kind: str, *, command: str, profile: Mapping[str, Any] | None = None,
-              profile_sha256: str | None = None, hosts: Sequence[str] = (), reason: str | None = None,
-              engine: str | None = None, engine_version: str | None = None, inputs: Mapping[str, Any] | None = None,
-              parent: str | None = None, baseline_key: str | None = None) -> str:
+    def begin(
+        self,
+        run_id: str,
+        kind: str,
+        *,
+        command: str,
+        profile: Mapping[str, Any] | None = None,
+        profile_sha256: str | None = None,
+        hosts: Sequence[str] = (),
+        reason: str | None = None,
+        engine: str | None = None,
+        engine_version: str | None = None,
+        inputs: Mapping[str, Any] | None = None,
+        parent: str | None = None,
+        baseline_key: str | None = None,
+    ) -> str:
         """Open a run as `running`; returns its id. The resolved profile is kept in `inputs`."""
         if kind not in KINDS:
             raise ValueError(f"unknown run kind {kind}")
         metadata = (profile or {}).get("metadata", {})
         with self._writing(f"opening run {run_id}") as db:
             db.execute(
-                "INSERT INTO runs (id, kind, profile, profile_version, profile_sha256, hosts, command, user, machine, pid,"
-                " reason, engine, engine_version, inputs, status, started_at, parent, baseline_key)"
+                "INSERT INTO runs (id, kind, profile, profile_version, profile_sha256, hosts, command, user,"
+                " machine, pid, reason, engine, engine_version, inputs, status, started_at, parent, baseline_key)"
                 " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'running', ?, ?, ?)",
-                (run_id, kind, metadata.get("name"), metadata.get("version"), profile_sha256, _dumps(list(hosts)), command,
-                 getpass.getuser(), socket.gethostname(), os.getpid(), reason, engine, engine_version,
-                 _dumps({**({"profile": dict(profile)} if profile else {}), **dict(inputs or {})}), now(), parent, baseline_key))
+                (
+                    run_id,
+                    kind,
+                    metadata.get("name"),
+                    metadata.get("version"),
+                    profile_sha256,
+                    _dumps(list(hosts)),
+                    command,
+                    getpass.getuser(),
+                    socket.gethostname(),
+                    os.getpid(),
+                    reason,
+                    engine,
+                    engine_version,
+                    _dumps({**({"profile": dict(profile)} if profile else {}), **dict(inputs or {})}),
+                    now(),
+                    parent,
+                    baseline_key,
+                ),
+            )
         return run_id
 
-    def record_host(self, run_id: str, host: str, *, release: str | None = None, facts: Mapping[str, Any] | None = None,
-                    commands: Sequence[Sequence[str]] | None = None, measurements: Mapping[str, Any] | None = None,
-                    verdict: Mapping[str, Any] | None = None, passed: bool | None = None) -> None:
+    def record_host(
+        self,
+        run_id: str,
+        host: str,
+        *,
+        release: str | None = None,
+        facts: Mapping[str, Any] | None = None,
+        commands: Sequence[Sequence[str]] | None = None,
+        measurements: Mapping[str, Any] | None = None,
+        verdict: Mapping[str, Any] | None = None,
+        passed: bool | None = None,
+    ) -> None:
         """What the run did on one host (replaces an earlier record of the same host)."""
         with self._writing(f"recording host {host} of run {run_id}") as db:
             db.execute(
-                "INSERT OR REPLACE INTO run_hosts (run_id, host, release, facts, commands, measurements, verdict, passed)"
+                "INSERT OR REPLACE INTO run_hosts"
+                " (run_id, host, release, facts, commands, measurements, verdict, passed)"
                 " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                (run_id, host, release, _dumps(facts), _dumps([list(c) for c in commands] if commands else None),
-                 _dumps(measurements), _dumps(verdict), None if passed is None else int(passed)))
+                (
+                    run_id,
+                    host,
+                    release,
+                    _dumps(facts),
+                    _dumps([list(c) for c in commands] if commands else None),
+                    _dumps(measurements),
+                    _dumps(verdict),
+                    None if passed is None else int(passed),
+                ),
+            )
 
     def record_event(self, run_id: str, host: str, stage: str, event: str, detail: str | None = None) -> int:
         """A stage boundary of a run on one host (`event` one of EVENTS); returns its number in the
@@ -395,12 +449,18 @@ class Ledger:
         if event not in EVENTS:
             raise ValueError(f"a stage event is one of {EVENTS}, not {event}")
         with self._writing(f"recording {stage} {event} on {host} for run {run_id}") as db:
-            seq = int(db.execute("SELECT COALESCE(MAX(seq), 0) + 1 FROM run_events WHERE run_id = ?", (run_id,)).fetchone()[0])
-            db.execute("INSERT INTO run_events (run_id, seq, host, stage, event, at, detail) VALUES (?, ?, ?, ?, ?, ?, ?)",
-                       (run_id, seq, host, stage, event, now(), detail))
+            seq = int(
+                db.execute("SELECT COALESCE(MAX(seq), 0) + 1 FROM run_events WHERE run_id = ?", (run_id,)).fetchone()[0]
+            )
+            db.execute(
+                "INSERT INTO run_events (run_id, seq, host, stage, event, at, detail) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (run_id, seq, host, stage, event, now(), detail),
+            )
         return seq
 
-    def finish(self, run_id: str, status: str, *, verdict: Mapping[str, Any] | None = None, note: str | None = None) -> None:
+    def finish(
+        self, run_id: str, status: str, *, verdict: Mapping[str, Any] | None = None, note: str | None = None
+    ) -> None:
         """Close a run; a run already closed keeps its first status (a kill after success changes nothing)."""
         if status not in STATUSES[1:]:
             raise ValueError(f"a run finishes as one of {STATUSES[1:]}, not {status}")
@@ -408,8 +468,11 @@ class Ledger:
         if note:
             body["note"] = note
         with self._writing(f"closing run {run_id} as {status}") as db:
-            db.execute("UPDATE runs SET status = ?, verdict = COALESCE(?, verdict), finished_at = ? WHERE id = ? AND status = 'running'",
-                       (status, _dumps(body) if body else None, now(), run_id))
+            db.execute(
+                "UPDATE runs SET status = ?, verdict = COALESCE(?, verdict), finished_at = ?"
+                " WHERE id = ? AND status = 'running'",
+                (status, _dumps(body) if body else None, now(), run_id),
+            )
 
     @contextmanager
     def recording(self, run_id: str, kind: str, **fields: Any) -> Iterator[Outcome]:
@@ -423,8 +486,16 @@ class Ledger:
             self._close_after(exc, run_id, "killed", verdict=outcome.verdict, note="stopped by a signal")
             raise
         except BaseException as exc:
-            self._close_after(exc, run_id, "failed", verdict={**(outcome.verdict or {}), "passed": False,
-                                                              "error": getattr(exc, "message", None) or repr(exc)})
+            self._close_after(
+                exc,
+                run_id,
+                "failed",
+                verdict={
+                    **(outcome.verdict or {}),
+                    "passed": False,
+                    "error": getattr(exc, "message", None) or repr(exc),
+                },
+            )
             raise
         self.finish(run_id, outcome.status, verdict=outcome.verdict)
 
@@ -434,9 +505,11 @@ class Ledger:
         try:
             self.finish(run_id, status, **how)
         except Exception as failed:  # noqa: BLE001 - whatever it is, it must not mask `exc`
-            exc.add_note(f"the ledger could not close run {run_id} as {status}: {getattr(failed, 'message', None) or failed};"
-                         " it stays `running` until the ledger is next opened after this process has ended,"
-                         " which closes it as killed")
+            exc.add_note(
+                f"the ledger could not close run {run_id} as {status}: {getattr(failed, 'message', None) or failed};"
+                " it stays `running` until the ledger is next opened after this process has ended,"
+                " which closes it as killed"
+            )
 
     # --- reading ---------------------------------------------------------------------------------
     def get(self, run_id: str) -> Run:
@@ -444,18 +517,23 @@ class Ledger:
         rows = self._query("SELECT * FROM runs WHERE id = ? OR id LIKE ? ORDER BY id", (run_id, run_id + "%"))
         exact = [r for r in rows if r["id"] == run_id]
         if not rows or (len(rows) > 1 and not exact):
-            raise InputError(f"no run {run_id!r} in {self.path}" if not rows else f"{run_id!r} matches {len(rows)} runs",
-                             fix="`specctl runs` lists run ids")
+            raise InputError(
+                f"no run {run_id!r} in {self.path}" if not rows else f"{run_id!r} matches {len(rows)} runs",
+                fix="`specctl runs` lists run ids",
+            )
         run = self._run(exact[0] if exact else rows[0])
         return replace(run, events=tuple(self.events(run.id)))
 
     def events(self, run_id: str) -> list[StageEvent]:
         """The stage boundaries of a run (exact id), in the order they were recorded."""
-        rows = self._query("SELECT host, stage, event, at, detail FROM run_events WHERE run_id = ? ORDER BY seq", (run_id,))
+        rows = self._query(
+            "SELECT host, stage, event, at, detail FROM run_events WHERE run_id = ? ORDER BY seq", (run_id,)
+        )
         return [StageEvent(r["host"], r["stage"], r["event"], r["at"], r["detail"]) for r in rows]
 
-    def runs(self, *, profile: str | None = None, host: str | None = None, kind: str | None = None,
-             limit: int | None = None) -> list[Run]:
+    def runs(
+        self, *, profile: str | None = None, host: str | None = None, kind: str | None = None, limit: int | None = None
+    ) -> list[Run]:
         """Runs, oldest first, filtered (without their events: `get` or `events` reads those)."""
         sql, args = "SELECT * FROM runs WHERE 1=1", []
         if profile:
@@ -472,8 +550,11 @@ class Ledger:
 
     def latest_baseline(self, key: str, host: str | None = None) -> Run | None:
         """The newest succeeded baseline with this key (same host first)."""
-        rows = self._query("SELECT * FROM runs WHERE kind = 'baseline' AND status = 'succeeded' AND baseline_key = ?"
-                           " ORDER BY started_at DESC", (key,))
+        rows = self._query(
+            "SELECT * FROM runs WHERE kind = 'baseline' AND status = 'succeeded' AND baseline_key = ?"
+            " ORDER BY started_at DESC",
+            (key,),
+        )
         runs = [self._run(r) for r in rows]
         same_host = [r for r in runs if host in r.hosts]
         chosen = same_host or runs
@@ -485,19 +566,54 @@ class Ledger:
 
     def _run(self, row: sqlite3.Row) -> Run:
         hosts = self._query("SELECT * FROM run_hosts WHERE run_id = ? ORDER BY host", (row["id"],))
-        records = tuple(HostRecord(h["host"], h["release"], _loads(h["facts"]), _loads(h["commands"]), _loads(h["measurements"]),
-                                   _loads(h["verdict"]), None if h["passed"] is None else bool(h["passed"])) for h in hosts)
-        return Run(row["id"], row["kind"], row["profile"], row["profile_version"], row["profile_sha256"], _loads(row["hosts"]) or [],
-                   row["command"], row["user"], row["machine"], row["pid"], row["reason"], row["engine"], row["engine_version"],
-                   _loads(row["inputs"]) or {}, _loads(row["verdict"]), row["status"], row["started_at"], row["finished_at"],
-                   row["parent"], row["baseline_key"], records)
+        records = tuple(
+            HostRecord(
+                h["host"],
+                h["release"],
+                _loads(h["facts"]),
+                _loads(h["commands"]),
+                _loads(h["measurements"]),
+                _loads(h["verdict"]),
+                None if h["passed"] is None else bool(h["passed"]),
+            )
+            for h in hosts
+        )
+        return Run(
+            row["id"],
+            row["kind"],
+            row["profile"],
+            row["profile_version"],
+            row["profile_sha256"],
+            _loads(row["hosts"]) or [],
+            row["command"],
+            row["user"],
+            row["machine"],
+            row["pid"],
+            row["reason"],
+            row["engine"],
+            row["engine_version"],
+            _loads(row["inputs"]) or {},
+            _loads(row["verdict"]),
+            row["status"],
+            row["started_at"],
+            row["finished_at"],
+            row["parent"],
+            row["baseline_key"],
+            records,
+        )
 
 
 # --- the file and how it fails ------------------------------------------------------------------
 # primary result codes (sqlite.org/rescode.html); an extended code keeps its primary in the low byte
 _PERM, _BUSY, _LOCKED, _READONLY, _IOERR, _CORRUPT, _FULL, _CANTOPEN, _NOTADB = 3, 5, 6, 8, 10, 11, 13, 14, 26
 _BUGS = (sqlite3.IntegrityError, sqlite3.ProgrammingError, sqlite3.InterfaceError, sqlite3.NotSupportedError)
-_OS_CODES = {errno.ENOSPC: _FULL, errno.EDQUOT: _FULL, errno.EROFS: _READONLY, errno.EACCES: _READONLY, errno.EPERM: _READONLY}
+_OS_CODES = {
+    errno.ENOSPC: _FULL,
+    errno.EDQUOT: _FULL,
+    errno.EROFS: _READONLY,
+    errno.EACCES: _READONLY,
+    errno.EPERM: _READONLY,
+}
 _COPIES = "the release directories on the hosts keep a copy of each run (runs/<id>.json)"
 _ELSEWHERE = "point --ledger or SPECCTL_LEDGER at a writable file"
 
@@ -531,29 +647,51 @@ def _ledger_error(path: Path, exc: sqlite3.Error | OSError, doing: str) -> Ledge
         code, said = _OS_CODES.get(exc.errno or 0, -1), str(exc)
     else:
         code, said = _primary(exc), f"{exc} [{getattr(exc, 'sqlite_errorname', 'sqlite')}]"
-    cause, where, aside = f"{said}, while {doing}", path.parent, f"mv {shlex.quote(str(path))} {shlex.quote(f'{path}.broken')}"
+    cause, where, aside = (
+        f"{said}, while {doing}",
+        path.parent,
+        f"mv {shlex.quote(str(path))} {shlex.quote(f'{path}.broken')}",
+    )
     if code in (_CORRUPT, _NOTADB):
-        return LedgerError(f"the ledger {path} is damaged or is not an SQLite file ({cause})", path=str(path),
-                           fix=f"move it aside ({aside}) and run again to start a new ledger; {_COPIES}")
+        return LedgerError(
+            f"the ledger {path} is damaged or is not an SQLite file ({cause})",
+            path=str(path),
+            fix=f"move it aside ({aside}) and run again to start a new ledger; {_COPIES}",
+        )
     if code == _FULL:
-        return LedgerError(f"the disk holding the ledger {path} is full ({cause})", path=str(path),
-                           fix=f"free space on the filesystem of {where} (df -h {shlex.quote(str(where))}) and run again;"
-                               " a run left open is closed as killed when the ledger is next opened")
+        return LedgerError(
+            f"the disk holding the ledger {path} is full ({cause})",
+            path=str(path),
+            fix=f"free space on the filesystem of {where} (df -h {shlex.quote(str(where))}) and run again;"
+            " a run left open is closed as killed when the ledger is next opened",
+        )
     if code in (_BUSY, _LOCKED):
-        return LedgerError(f"the ledger {path} is locked by another process ({cause})", path=str(path),
-                           fix="wait for the other specctl command to finish, then run again")
+        return LedgerError(
+            f"the ledger {path} is locked by another process ({cause})",
+            path=str(path),
+            fix="wait for the other specctl command to finish, then run again",
+        )
     if code in (_READONLY, _PERM, _CANTOPEN):
         problem, fix = _access_problem(path)
         return LedgerError(f"cannot use the ledger {path}: {problem} ({cause})", path=str(path), fix=fix)
     if code == -1:  # the directory could not be made: a file in the way, a broken link
-        return LedgerError(f"cannot make the directory of the ledger {path} ({cause})", path=str(path),
-                           fix=f"make {where} a directory this user can write, or {_ELSEWHERE}")
+        return LedgerError(
+            f"cannot make the directory of the ledger {path} ({cause})",
+            path=str(path),
+            fix=f"make {where} a directory this user can write, or {_ELSEWHERE}",
+        )
     if code == _IOERR:
-        return LedgerError(f"reading or writing the ledger {path} failed ({cause})", path=str(path),
-                           fix=f"check the disk and filesystem of {where} and run again; if the file is damaged,"
-                               f" move it aside ({aside}): {_COPIES}")
-    return LedgerError(f"the ledger {path} could not be used ({cause})", path=str(path),
-                       fix=f"if it is not a specctl ledger, {_ELSEWHERE}; if it is damaged, move it aside ({aside}): {_COPIES}")
+        return LedgerError(
+            f"reading or writing the ledger {path} failed ({cause})",
+            path=str(path),
+            fix=f"check the disk and filesystem of {where} and run again; if the file is damaged,"
+            f" move it aside ({aside}): {_COPIES}",
+        )
+    return LedgerError(
+        f"the ledger {path} could not be used ({cause})",
+        path=str(path),
+        fix=f"if it is not a specctl ledger, {_ELSEWHERE}; if it is damaged, move it aside ({aside}): {_COPIES}",
+    )
 
 
 def _access_problem(path: Path) -> tuple[str, str]:
@@ -565,17 +703,24 @@ def _access_problem(path: Path) -> tuple[str, str]:
     except OSError:
         pass
     if os.access(path, os.F_OK) and not os.access(path, os.R_OK | os.W_OK):
-        return (f"{path} is not readable and writable by this user",
-                f"fix its permissions (chmod u+rw {shlex.quote(str(path))}), or {_ELSEWHERE}")
+        return (
+            f"{path} is not readable and writable by this user",
+            f"fix its permissions (chmod u+rw {shlex.quote(str(path))}), or {_ELSEWHERE}",
+        )
     wal, shm = _beside(path, "-wal"), _beside(path, "-shm")
     for side in (wal, shm):
         if os.access(side, os.F_OK) and not os.access(side, os.R_OK | os.W_OK):
-            return (f"{side.name} beside it is not writable by this user (SQLite's WAL files: a reader in a writable"
-                    " directory leaves them, owned by that reader)",
-                    f"have their owner or root make {wal.name} and {shm.name} writable for you, or {_ELSEWHERE}")
+            return (
+                f"{side.name} beside it is not writable by this user (SQLite's WAL files: a reader in a writable"
+                " directory leaves them, owned by that reader)",
+                f"have their owner or root make {wal.name} and {shm.name} writable for you, or {_ELSEWHERE}",
+            )
     if not os.access(where, os.W_OK | os.X_OK):
-        return (f"its directory {where} is not writable by this user (SQLite keeps {path.name}-wal and {path.name}-shm there)",
-                f"fix the directory's permissions, or {_ELSEWHERE}")
+        return (
+            f"its directory {where} is not writable by this user "
+            f"(SQLite keeps {path.name}-wal and {path.name}-shm there)",
+            f"fix the directory's permissions, or {_ELSEWHERE}",
+        )
     return "it cannot be opened or written", f"check the permissions of {path} and {where}, or {_ELSEWHERE}"
 
 
@@ -583,14 +728,20 @@ def _unreadable_wal(path: Path, exc: sqlite3.Error) -> LedgerError:
     """A WAL ledger with changes still in its -wal file, where SQLite cannot open the -shm index it
     needs to read them: reading the main file alone would miss them."""
     wal, shm = _beside(path, "-wal"), _beside(path, "-shm")
-    return LedgerError(f"the ledger {path} has changes in {wal.name} that SQLite reads only through {shm.name}, and"
-                       f" {shm.name} cannot be opened or created in {path.parent} ({exc}"
-                       f" [{getattr(exc, 'sqlite_errorname', 'sqlite')}], while opening it for reading)", path=str(path),
-                       fix=f"run the command as a user who can write {path.parent} (a command that writes the ledger also"
-                           f" folds {wal.name} into the main file), or copy {path.name} and {wal.name} into a writable"
-                           " directory and point --ledger at the copy")
+    return LedgerError(
+        f"the ledger {path} has changes in {wal.name} that SQLite reads only through {shm.name}, and"
+        f" {shm.name} cannot be opened or created in {path.parent} ({exc}"
+        f" [{getattr(exc, 'sqlite_errorname', 'sqlite')}], while opening it for reading)",
+        path=str(path),
+        fix=f"run the command as a user who can write {path.parent} (a command that writes the ledger also"
+        f" folds {wal.name} into the main file), or copy {path.name} and {wal.name} into a writable"
+        " directory and point --ledger at the copy",
+    )
 
 
 def _newer_schema(path: Path, version: int) -> LedgerError:
-    return LedgerError(f"{path} has ledger schema {version}; this specctl knows up to {SCHEMA_VERSION}", path=str(path),
-                       fix="upgrade specctl, or point --ledger at another file")
+    return LedgerError(
+        f"{path} has ledger schema {version}; this specctl knows up to {SCHEMA_VERSION}",
+        path=str(path),
+        fix="upgrade specctl, or point --ledger at another file",
+    )

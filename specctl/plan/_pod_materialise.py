@@ -39,7 +39,10 @@ def snapshot(source: str, revision: str | None) -> str:
     try:
         path = snapshot_download(source, revision=revision, local_files_only=True)
     except Exception as exc:  # noqa: BLE001 - any failure means the same thing here
-        fail(f"{source}@{revision} is not in the cache ({type(exc).__name__}: {exc}); the stage init container puts it there")
+        fail(
+            f"{source}@{revision} is not in the cache ({type(exc).__name__}: {exc}); "
+            "the stage init container puts it there"
+        )
     return str(path)
 
 
@@ -72,7 +75,9 @@ def main(argv: list[str]) -> None:
     linked = link_overlay(spec["overlay"]) if spec.get("overlay") else 0
     for destination, source in sorted(spec.get("files", {}).items()):
         replace_file(source, destination)
-    print(json.dumps({"event": "materialised", "linked": linked, "files": sorted(spec.get("files", {}))}, sort_keys=True))
+    print(
+        json.dumps({"event": "materialised", "linked": linked, "files": sorted(spec.get("files", {}))}, sort_keys=True)
+    )
 
 
 if __name__ == "__main__":

@@ -68,8 +68,13 @@ def grid(profile: Profile, engine: Engine, architecture: str) -> tuple[list[Cand
     base = profile.speculative
     incumbent = Candidate(base, incumbent=True)
     candidates, dropped = [], []
-    rejected = [r for r in engine.speculative_rewrites(architecture, base.algorithm, base.num_steps, base.eagle_topk,
-                                                       base.num_draft_tokens) if r.rejected]
+    rejected = [
+        r
+        for r in engine.speculative_rewrites(
+            architecture, base.algorithm, base.num_steps, base.eagle_topk, base.num_draft_tokens
+        )
+        if r.rejected
+    ]
     if rejected:
         dropped.append(Dropped(incumbent.key, f"the profile's own setting: {rejected[0].reason}"))
     else:
@@ -77,8 +82,14 @@ def grid(profile: Profile, engine: Engine, architecture: str) -> tuple[list[Cand
     seen = {(effective(engine, architecture, base), _adaptive_on(base))} if not rejected else set()
     listed: list[int | None] = list(tune.num_draft_tokens) or [None]
     for steps, topk, tokens, adaptive in itertools.product(tune.num_steps, tune.eagle_topk, listed, tune.adaptive):
-        s = base.model_copy(update={"num_steps": steps, "eagle_topk": topk, "adaptive": adaptive,
-                                    "num_draft_tokens": steps + 1 if tokens is None and topk == 1 else tokens})
+        s = base.model_copy(
+            update={
+                "num_steps": steps,
+                "eagle_topk": topk,
+                "adaptive": adaptive,
+                "num_draft_tokens": steps + 1 if tokens is None and topk == 1 else tokens,
+            }
+        )
         key = Candidate(s).key
         why = _why_not(profile, engine, architecture, s, tokens_listed=tokens is not None)
         if why:
@@ -101,13 +112,19 @@ def _why_not(profile: Profile, engine: Engine, architecture: str, s: Speculative
     """Why the engine would not run this setting as written, or None."""
     if s.num_draft_tokens is None and not tokens_listed:
         return "eagle_topk above 1 needs num_draft_tokens: list them in tune.num_draft_tokens"
-    for rewrite in engine.speculative_rewrites(architecture, s.algorithm, s.num_steps, s.eagle_topk, s.num_draft_tokens):
+    for rewrite in engine.speculative_rewrites(
+        architecture, s.algorithm, s.num_steps, s.eagle_topk, s.num_draft_tokens
+    ):
         if rewrite.rejected:
             return f"the engine rejects it: {rewrite.reason}"
-        return f"the engine would rewrite it ({rewrite.field} {rewrite.given} becomes {rewrite.effective}: {rewrite.reason})"
+        return (
+            "the engine would rewrite it "
+            f"({rewrite.field} {rewrite.given} becomes {rewrite.effective}: {rewrite.reason})"
+        )
     if s.adaptive:
-        problems = engine.adaptive_problems(profile.engine.version, s.algorithm, s.eagle_topk, profile.engine.args,
-                                            s.adaptive_config())
+        problems = engine.adaptive_problems(
+            profile.engine.version, s.algorithm, s.eagle_topk, profile.engine.args, s.adaptive_config()
+        )
         if problems:
             return f"adaptive speculation would not run: {problems[0].message}"
     return None
@@ -115,7 +132,9 @@ def _why_not(profile: Profile, engine: Engine, architecture: str, s: Speculative
 
 def candidate_profile(profile: Profile, candidate: Candidate, tune_run: str) -> Profile:
     """The profile with the candidate's speculative settings: same name and version, the tune run named."""
-    metadata = profile.metadata.model_copy(update={"description": f"specctl tune run {tune_run}: candidate {candidate.key}"})
+    metadata = profile.metadata.model_copy(
+        update={"description": f"specctl tune run {tune_run}: candidate {candidate.key}"}
+    )
     return profile.model_copy(update={"speculative": candidate.speculative, "metadata": metadata})
 
 
@@ -124,12 +143,15 @@ def heat_map(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     eagle_topk, else adaptive, else num_draft_tokens; eagle_topk when none does); where more settings
     vary, a cell holds the best of them.
     `rows` are the tune's candidate rows (speculative settings and the measured estimate)."""
+
     def value(row: Mapping[str, Any], name: str) -> Any:
         return row["speculative"].get(name)
 
     def varies(name: str) -> bool:  # apart from num_steps (topk 1's draft tokens follow the steps)
-        return any(len({str(value(r, name)) for r in rows if value(r, "num_steps") == steps}) > 1
-                   for steps in {value(r, "num_steps") for r in rows})
+        return any(
+            len({str(value(r, name)) for r in rows if value(r, "num_steps") == steps}) > 1
+            for steps in {value(r, "num_steps") for r in rows}
+        )
 
     column = next((name for name in ("eagle_topk", "adaptive", "num_draft_tokens") if varies(name)), "eagle_topk")
     steps = sorted({value(r, "num_steps") for r in rows if value(r, "num_steps") is not None})

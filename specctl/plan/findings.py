@@ -7,7 +7,7 @@ from enum import Enum
 from typing import Any
 
 
-class Severity(str, Enum):
+class Severity(str, Enum):  # noqa: UP042 - str() of a member stays "Severity.ERROR" as before
     ERROR = "error"
     WARNING = "warning"
     INFO = "info"

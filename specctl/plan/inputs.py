@@ -31,7 +31,9 @@ class Inputs:
     convention: Convention | None = None
     convention_error: EngineError | None = None
     probe: ProbeReport | None = None  # the installed engine's own answers, when it was probed
-    workload_dir: str | None = None  # where a relative verify.workload is read from: the folder of the file that wrote it
+    workload_dir: str | None = (
+        None  # where a relative verify.workload is read from: the folder of the file that wrote it
+    )
 
     @property
     def architecture(self) -> str | None:

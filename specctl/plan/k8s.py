@@ -125,7 +125,9 @@ def pod_plan(inputs: Inputs, resolution: CaptureResolution | None, *, baseline: 
     staged before the start."""
     p = inputs.profile
     if p.engine.host not in WILDCARD_HOSTS:
-        inputs = replace(inputs, profile=p.model_copy(update={"engine": p.engine.model_copy(update={"host": WILDCARD_HOSTS[0]})}))
+        inputs = replace(
+            inputs, profile=p.model_copy(update={"engine": p.engine.model_copy(update={"host": WILDCARD_HOSTS[0]})})
+        )
     return build_plan(inputs, resolution, baseline=baseline, node0_address=HEAD_ADDRESS, staged=True)
 
 
@@ -137,12 +139,19 @@ def resource_name(profile_name: str, baseline: bool) -> str:
     suffix = "-baseline" if baseline else ""
     room = MAX_NAME_CHARS - len(suffix)
     if len(base) > room:  # cut, with a digest of the whole name so two long names stay apart
-        base = f"{base[:room - 7].rstrip('-')}-{hashlib.sha256(profile_name.encode()).hexdigest()[:6]}"
+        base = f"{base[: room - 7].rstrip('-')}-{hashlib.sha256(profile_name.encode()).hexdigest()[:6]}"
     return base + suffix
 
 
-def manifests(inputs: Inputs, resolution: CaptureResolution | None, options: K8sOptions, *, baseline: bool = False,
-              stage: PodProgram | None = None, materialise: str = "") -> list[dict[str, Any]]:
+def manifests(
+    inputs: Inputs,
+    resolution: CaptureResolution | None,
+    options: K8sOptions,
+    *,
+    baseline: bool = False,
+    stage: PodProgram | None = None,
+    materialise: str = "",
+) -> list[dict[str, Any]]:
     """The objects to apply, in order: ConfigMap (when there are files), Deployment or
     LeaderWorkerSet, Service.
 
@@ -175,18 +184,23 @@ def banner(inputs: Inputs, options: K8sOptions, *, baseline: bool) -> str:
     p = inputs.profile
     name, secret = options.names(p.metadata.name, baseline)
     kind = "a LeaderWorkerSet (the LWS controller must be installed)" if p.parallel.nnodes > 1 else "a Deployment"
-    lines = [f"specctl render --target k8s: profile {p.metadata.name} v{p.metadata.version} "
-             f"({'baseline' if baseline else 'speculative'}), sha256 {inputs.profile_sha256}",
-             f"{kind} {name} and the Service {name}-api on port {p.engine.port}"]
+    lines = [
+        f"specctl render --target k8s: profile {p.metadata.name} v{p.metadata.version} "
+        f"({'baseline' if baseline else 'speculative'}), sha256 {inputs.profile_sha256}",
+        f"{kind} {name} and the Service {name}-api on port {p.engine.port}",
+    ]
     if p.secrets:
-        lines.append(f"secrets {', '.join(p.secrets)} come from the Secret {secret}, one key each: "
-                     f"kubectl create secret generic {secret} " + " ".join(f'--from-literal={s}="${s}"' for s in p.secrets))
+        lines.append(
+            f"secrets {', '.join(p.secrets)} come from the Secret {secret}, one key each: "
+            f"kubectl create secret generic {secret} " + " ".join(f'--from-literal={s}="${s}"' for s in p.secrets)
+        )
     lines.append("apply: kubectl apply -f <this file>")
     return "\n".join(lines)
 
 
 class _Dumper(yaml.SafeDumper):
-    """SafeDumper that writes multi-line text as a `|` block (the emitter falls back to quotes where a block cannot hold it)."""
+    """SafeDumper that writes multi-line text as a `|` block (the emitter falls back to quotes where a
+    block cannot hold it)."""
 
 
 def _represent_text(dumper: yaml.SafeDumper, text: str) -> yaml.ScalarNode:
@@ -209,7 +223,9 @@ def _label_value(text: str) -> str:
 class _Render:
     """One render: the plan, the profile it came from and the options, turned into objects."""
 
-    def __init__(self, plan: Plan, profile: Profile, options: K8sOptions, stage: PodProgram | None, materialise: str) -> None:
+    def __init__(
+        self, plan: Plan, profile: Profile, options: K8sOptions, stage: PodProgram | None, materialise: str
+    ) -> None:
         self.plan, self.profile, self.options, self.stage = plan, profile, options, stage
         self.name, self.secret_name = options.names(plan.profile, plan.baseline)
         self._check_options()
@@ -220,21 +236,35 @@ class _Render:
     def _check_options(self) -> None:
         """Names Kubernetes would refuse, and checkpoints the pods could not see, refused before anything is printed."""
         o, p = self.options, self.profile
-        names = [("--name", self.name, _DNS_LABEL, MAX_NAME_CHARS), ("--namespace", o.namespace, _DNS_LABEL, 63),
-                 ("--secret-name", self.secret_name, _DNS_SUBDOMAIN, 253), ("--model-pvc", o.model_pvc, _DNS_SUBDOMAIN, 253)]
+        names = [
+            ("--name", self.name, _DNS_LABEL, MAX_NAME_CHARS),
+            ("--namespace", o.namespace, _DNS_LABEL, 63),
+            ("--secret-name", self.secret_name, _DNS_SUBDOMAIN, 253),
+            ("--model-pvc", o.model_pvc, _DNS_SUBDOMAIN, 253),
+        ]
         for option, value, pattern, most in names:
             if value is not None and not (pattern.match(value) and len(value) <= most):
-                raise InputError(f"{option} {value!r} is not a name Kubernetes accepts",
-                                 fix=f"use lowercase letters, digits and '-' (starting with a letter for {option}), at most {most} characters")
+                raise InputError(
+                    f"{option} {value!r} is not a name Kubernetes accepts",
+                    fix=f"use lowercase letters, digits and '-' (starting with a letter for {option}), "
+                    f"at most {most} characters",
+                )
         if not o.model_mount.startswith("/"):
-            raise InputError(f"--model-mount {o.model_mount!r} is not an absolute path", fix="give the path inside the pod, e.g. /models")
+            raise InputError(
+                f"--model-mount {o.model_mount!r} is not an absolute path",
+                fix="give the path inside the pod, e.g. /models",
+            )
         models = [p.target.model, *([p.drafter.model] if p.drafter is not None and not self.plan.baseline else [])]
         outside = [m for m in models if is_local_path(m) and not m.startswith(o.model_mount.rstrip("/") + "/")]
         if outside:
-            raise InputError(f"{outside[0]} is a path on the host, and the pods mount the model volume at {o.model_mount}",
-                             fix="put the checkpoint on a volume and pass --model-pvc NAME --model-mount DIR with DIR above it")
+            raise InputError(
+                f"{outside[0]} is a path on the host, and the pods mount the model volume at {o.model_mount}",
+                fix="put the checkpoint on a volume and pass --model-pvc NAME --model-mount DIR with DIR above it",
+            )
         if self.stage is None and any(not is_local_path(m) for m in models):
-            raise ValueError("Hub checkpoints are served offline from the cache: pass the stage program that puts them there")
+            raise ValueError(
+                "Hub checkpoints are served offline from the cache: pass the stage program that puts them there"
+            )
 
     # --- what the pods run ------------------------------------------------------------------------
 
@@ -244,16 +274,27 @@ class _Render:
         first = nodes[0].argv
         ranks = sorted({i for n in nodes[1:] for i, (a, b) in enumerate(zip(first, n.argv, strict=False)) if a != b})
         leader = f"{HEAD_ADDRESS}:{p.parallel.dist_init_port}"
-        if self.multi and (any(len(n.argv) != len(first) or any(n.argv[i] != str(n.rank) for i in ranks) for n in nodes)
-                           or not ranks or any(leader not in n.argv for n in nodes)):
-            raise ValueError("the nodes' argv must differ in their rank alone and name node 0 as HEAD_ADDRESS (build it with pod_plan)")
+        if self.multi and (
+            any(len(n.argv) != len(first) or any(n.argv[i] != str(n.rank) for i in ranks) for n in nodes)
+            or not ranks
+            or any(leader not in n.argv for n in nodes)
+        ):
+            raise ValueError(
+                "the nodes' argv must differ in their rank alone and name node 0 as HEAD_ADDRESS "
+                "(build it with pod_plan)"
+            )
         rewrites = []
         if first[0] == p.engine.python and p.engine.python != self.options.python:
             rewrites.append(f"argv[0] {p.engine.python} -> {self.options.python}: the image's interpreter")
         if p.engine.host not in WILDCARD_HOSTS:
-            rewrites.append(f"engine.host {p.engine.host} -> {WILDCARD_HOSTS[0]}: probes and the Service reach the pod on its own address")
+            rewrites.append(
+                f"engine.host {p.engine.host} -> {WILDCARD_HOSTS[0]}: "
+                "probes and the Service reach the pod on its own address"
+            )
         if self.multi:
-            rewrites.append(f"node rank -> $({LWS_WORKER_INDEX}), node 0 -> $({LWS_LEADER_ADDRESS}): set by LWS in every pod")
+            rewrites.append(
+                f"node rank -> $({LWS_WORKER_INDEX}), node 0 -> $({LWS_LEADER_ADDRESS}): set by LWS in every pod"
+            )
         if any(word in _RELEASE_WORDS for word in first):
             rewrites.append(f"${{{RELEASE_DIR_VAR}}} -> {RELEASE_MOUNT}: the pod's release directory")
         argvs = []
@@ -277,10 +318,17 @@ class _Render:
         """The plan's environment with the cache on the model volume (in place of a host's cache
         settings), the release directory, `extra`, and the secrets by reference; sorted by name."""
         plain = {k: v for k, v in self.plan.nodes[0].env.items() if k not in ("HF_HOME", "HF_HUB_CACHE")}
-        plain |= {"HF_HOME": f"{self.options.model_mount.rstrip('/')}/huggingface", RELEASE_DIR_VAR: RELEASE_MOUNT, **(extra or {})}
+        plain |= {
+            "HF_HOME": f"{self.options.model_mount.rstrip('/')}/huggingface",
+            RELEASE_DIR_VAR: RELEASE_MOUNT,
+            **(extra or {}),
+        }
         env: list[dict[str, Any]] = [{"name": k, "value": _escape(v)} for k, v in plain.items()]
         if secrets:
-            env += [{"name": s, "valueFrom": {"secretKeyRef": {"name": self.secret_name, "key": s}}} for s in self.plan.secrets]
+            env += [
+                {"name": s, "valueFrom": {"secretKeyRef": {"name": self.secret_name, "key": s}}}
+                for s in self.plan.secrets
+            ]
         return sorted(env, key=lambda e: str(e["name"]))
 
     def _files(self, materialise: str) -> dict[str, str]:
@@ -302,41 +350,67 @@ class _Render:
         mounts = {"model": self.options.model_mount, "files": CONFIG_MOUNT}
         containers = []
         if self.stage is not None:
-            containers.append({
-                "name": "stage", "image": self.options.image, "imagePullPolicy": "IfNotPresent",
-                "command": [self.options.python, f"{CONFIG_MOUNT}/stage.py", _escape(self.stage.argument)],
-                "env": self._env(self.stage.env), "volumeMounts": _mounts(mounts, read_only=frozenset({"files"})),
-            })
+            containers.append(
+                {
+                    "name": "stage",
+                    "image": self.options.image,
+                    "imagePullPolicy": "IfNotPresent",
+                    "command": [self.options.python, f"{CONFIG_MOUNT}/stage.py", _escape(self.stage.argument)],
+                    "env": self._env(self.stage.env),
+                    "volumeMounts": _mounts(mounts, read_only=frozenset({"files"})),
+                }
+            )
         if "materialise.py" in self.files:
             overlay = self.plan.overlay
             spec = {
-                "overlay": None if overlay is None else {
-                    "directory": f"{RELEASE_MOUNT}/{OVERLAY_DIR}", "source": overlay.source, "revision": overlay.revision,
-                    "links": list(overlay.links), "config": f"{CONFIG_MOUNT}/{_OVERLAY_CONFIG}"},
+                "overlay": None
+                if overlay is None
+                else {
+                    "directory": f"{RELEASE_MOUNT}/{OVERLAY_DIR}",
+                    "source": overlay.source,
+                    "revision": overlay.revision,
+                    "links": list(overlay.links),
+                    "config": f"{CONFIG_MOUNT}/{_OVERLAY_CONFIG}",
+                },
                 "files": {f"{RELEASE_MOUNT}/{name}": f"{CONFIG_MOUNT}/{name}" for name in self.plan.files},
             }
-            containers.append({
-                "name": "materialise", "image": self.options.image, "imagePullPolicy": "IfNotPresent",
-                "command": [self.options.python, f"{CONFIG_MOUNT}/materialise.py", _escape(json.dumps(spec, sort_keys=True))],
-                "env": self._env(secrets=False),
-                "volumeMounts": _mounts({**mounts, "release": RELEASE_MOUNT}, read_only=frozenset({"files"})),
-            })
+            containers.append(
+                {
+                    "name": "materialise",
+                    "image": self.options.image,
+                    "imagePullPolicy": "IfNotPresent",
+                    "command": [
+                        self.options.python,
+                        f"{CONFIG_MOUNT}/materialise.py",
+                        _escape(json.dumps(spec, sort_keys=True)),
+                    ],
+                    "env": self._env(secrets=False),
+                    "volumeMounts": _mounts({**mounts, "release": RELEASE_MOUNT}, read_only=frozenset({"files"})),
+                }
+            )
         return containers
 
     def _pod(self, rank: int) -> dict[str, Any]:
         """The pod template of node `rank` (a leader's, or every worker's)."""
         gpus = str(self.profile.hardware.gpus_per_node)
         server: dict[str, Any] = {
-            "name": "server", "image": self.options.image, "imagePullPolicy": "IfNotPresent",
-            "command": self.argvs[rank], "env": self._env(),
+            "name": "server",
+            "image": self.options.image,
+            "imagePullPolicy": "IfNotPresent",
+            "command": self.argvs[rank],
+            "env": self._env(),
             "resources": {"limits": {GPU_RESOURCE: gpus}, "requests": {GPU_RESOURCE: gpus}},
-            "volumeMounts": _mounts({"dshm": "/dev/shm", "model": self.options.model_mount, "release": RELEASE_MOUNT},
-                                    read_only=frozenset({"release"})),
+            "volumeMounts": _mounts(
+                {"dshm": "/dev/shm", "model": self.options.model_mount, "release": RELEASE_MOUNT},
+                read_only=frozenset({"release"}),
+            ),
         }
         if rank == 0:  # the engine's other ranks join node 0's process group and serve no HTTP
             server["ports"] = [{"name": "http", "containerPort": self.profile.engine.port, "protocol": "TCP"}]
             if self.multi:
-                server["ports"].append({"name": "dist-init", "containerPort": self.profile.parallel.dist_init_port, "protocol": "TCP"})
+                server["ports"].append(
+                    {"name": "dist-init", "containerPort": self.profile.parallel.dist_init_port, "protocol": "TCP"}
+                )
             server |= {
                 # loading weights and capturing CUDA graphs take minutes: the budget a deploy waits
                 "startupProbe": _probe(LIVE_PATH, timeout_s=5, failures=math.ceil(STARTUP_BUDGET_S / PROBE_PERIOD_S)),
@@ -346,21 +420,31 @@ class _Render:
             }
         volumes: list[dict[str, Any]] = [
             {"name": "dshm", "emptyDir": {"medium": "Memory"}},  # the engine's processes share tensors through /dev/shm
-            {"name": "model", **({"persistentVolumeClaim": {"claimName": self.options.model_pvc}} if self.options.model_pvc
-                                 else {"emptyDir": {}})},
+            {
+                "name": "model",
+                **(
+                    {"persistentVolumeClaim": {"claimName": self.options.model_pvc}}
+                    if self.options.model_pvc
+                    else {"emptyDir": {}}
+                ),
+            },
             {"name": "release", "emptyDir": {}},
         ]
         if self.files:
             volumes.append({"name": "files", "configMap": {"name": f"{self.name}-files"}})
         spec: dict[str, Any] = {
-            "containers": [server], "volumes": volumes,
+            "containers": [server],
+            "volumes": volumes,
             # service links would put <SERVICE>_PORT variables beside the engine's own settings
             "enableServiceLinks": False,
         }
         init = self._init_containers()
         if init:
             spec["initContainers"] = init
-        return {"metadata": {"labels": self._labels(pod=True), "annotations": self._annotations(pod=True)}, "spec": spec}
+        return {
+            "metadata": {"labels": self._labels(pod=True), "annotations": self._annotations(pod=True)},
+            "spec": spec,
+        }
 
     # --- metadata ---------------------------------------------------------------------------------
 
@@ -368,9 +452,13 @@ class _Render:
         return {"app.kubernetes.io/instance": self.name, "app.kubernetes.io/managed-by": APP_NAME}
 
     def _labels(self, *, pod: bool = False) -> dict[str, str]:
-        labels = {**self._selector(), "app.kubernetes.io/name": _label_value(self.plan.engine),
-                  "app.kubernetes.io/version": _label_value(self.plan.engine_version), "app.kubernetes.io/component": "server",
-                  f"{PREFIX}mode": "baseline" if self.plan.baseline else "speculative"}
+        labels = {
+            **self._selector(),
+            "app.kubernetes.io/name": _label_value(self.plan.engine),
+            "app.kubernetes.io/version": _label_value(self.plan.engine_version),
+            "app.kubernetes.io/component": "server",
+            f"{PREFIX}mode": "baseline" if self.plan.baseline else "speculative",
+        }
         if pod:
             labels[f"{PREFIX}profile-version"] = str(self.plan.version)
         return labels
@@ -379,7 +467,9 @@ class _Render:
         """The contract an operator reads off any object: profile, digest, engine, GPUs, capture, rewrites."""
         p, plan = self.profile, self.plan
         notes = {
-            f"{PREFIX}profile": plan.profile, f"{PREFIX}profile-version": str(plan.version), f"{PREFIX}profile-sha256": plan.sha256,
+            f"{PREFIX}profile": plan.profile,
+            f"{PREFIX}profile-version": str(plan.version),
+            f"{PREFIX}profile-sha256": plan.sha256,
             f"{PREFIX}engine": f"{plan.engine} {plan.engine_version}",
             f"{PREFIX}gpus": f"{p.parallel.nnodes} x {p.hardware.gpus_per_node} {p.hardware.gpu}",
             f"{PREFIX}rewrites": json.dumps(self.rewrites),
@@ -387,10 +477,17 @@ class _Render:
         if plan.capture is not None:
             notes[f"{PREFIX}capture-layers"] = json.dumps(plan.capture["layers"])
             notes[f"{PREFIX}capture-ids"] = json.dumps(plan.capture["ids"])
-        local = sorted({m for m in (p.target.model, None if plan.baseline or p.drafter is None else p.drafter.model)
-                        if m is not None and is_local_path(m)})
+        local = sorted(
+            {
+                m
+                for m in (p.target.model, None if plan.baseline or p.drafter is None else p.drafter.model)
+                if m is not None and is_local_path(m)
+            }
+        )
         if local:
-            notes[f"{PREFIX}local-paths"] = json.dumps(local)  # the pods need these: on the model volume or in the image
+            notes[f"{PREFIX}local-paths"] = json.dumps(
+                local
+            )  # the pods need these: on the model volume or in the image
         if pod and self.files:  # a changed file changes the template, so the pods roll
             digest = hashlib.sha256(json.dumps(self.files, sort_keys=True).encode()).hexdigest()
             notes[f"{PREFIX}files-sha256"] = digest
@@ -407,42 +504,82 @@ class _Render:
     def objects(self) -> list[dict[str, Any]]:
         out: list[dict[str, Any]] = []
         if self.files:
-            out.append({"apiVersion": "v1", "kind": "ConfigMap", "metadata": self._meta(f"{self.name}-files"), "data": self.files})
+            out.append(
+                {
+                    "apiVersion": "v1",
+                    "kind": "ConfigMap",
+                    "metadata": self._meta(f"{self.name}-files"),
+                    "data": self.files,
+                }
+            )
         out.append(self._leader_worker_set() if self.multi else self._deployment())
         # a multi-node group is reached through its leader (LWS names its own headless Service after the set)
         selector = {LWS_NAME_LABEL: self.name, LWS_WORKER_INDEX_LABEL: "0"} if self.multi else self._selector()
-        out.append({"apiVersion": "v1", "kind": "Service", "metadata": self._meta(f"{self.name}-api"), "spec": {
-            "type": "ClusterIP", "selector": selector,
-            "ports": [{"name": "http", "port": self.profile.engine.port, "targetPort": "http", "protocol": "TCP"}],
-        }})
+        out.append(
+            {
+                "apiVersion": "v1",
+                "kind": "Service",
+                "metadata": self._meta(f"{self.name}-api"),
+                "spec": {
+                    "type": "ClusterIP",
+                    "selector": selector,
+                    "ports": [
+                        {"name": "http", "port": self.profile.engine.port, "targetPort": "http", "protocol": "TCP"}
+                    ],
+                },
+            }
+        )
         return out
 
     def _deployment(self) -> dict[str, Any]:
-        return {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": self._meta(self.name), "spec": {
-            "replicas": 1, "selector": {"matchLabels": self._selector()},
-            # the new pod starts beside the old one, which serves until the new one is ready
-            "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}},
-            "progressDeadlineSeconds": PROGRESS_DEADLINE_S, "template": self._pod(0),
-        }}
+        return {
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": self._meta(self.name),
+            "spec": {
+                "replicas": 1,
+                "selector": {"matchLabels": self._selector()},
+                # the new pod starts beside the old one, which serves until the new one is ready
+                "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}},
+                "progressDeadlineSeconds": PROGRESS_DEADLINE_S,
+                "template": self._pod(0),
+            },
+        }
 
     def _leader_worker_set(self) -> dict[str, Any]:
-        return {"apiVersion": LWS_API_VERSION, "kind": "LeaderWorkerSet", "metadata": self._meta(self.name), "spec": {
-            "replicas": 1,
-            # workers start with the leader: the engine's process group forms only when every rank is up
-            "startupPolicy": "LeaderCreated",
-            "rolloutStrategy": {"type": "RollingUpdate", "rollingUpdateConfiguration": {"maxSurge": 1, "maxUnavailable": 0}},
-            "leaderWorkerTemplate": {
-                "size": len(self.plan.nodes),
-                "restartPolicy": "RecreateGroupOnPodRestart",  # one lost rank breaks the process group
-                "leaderTemplate": self._pod(0), "workerTemplate": self._pod(1),
+        return {
+            "apiVersion": LWS_API_VERSION,
+            "kind": "LeaderWorkerSet",
+            "metadata": self._meta(self.name),
+            "spec": {
+                "replicas": 1,
+                # workers start with the leader: the engine's process group forms only when every rank is up
+                "startupPolicy": "LeaderCreated",
+                "rolloutStrategy": {
+                    "type": "RollingUpdate",
+                    "rollingUpdateConfiguration": {"maxSurge": 1, "maxUnavailable": 0},
+                },
+                "leaderWorkerTemplate": {
+                    "size": len(self.plan.nodes),
+                    "restartPolicy": "RecreateGroupOnPodRestart",  # one lost rank breaks the process group
+                    "leaderTemplate": self._pod(0),
+                    "workerTemplate": self._pod(1),
+                },
             },
-        }}
+        }
 
 
 def _mounts(paths: Mapping[str, str], *, read_only: frozenset[str] = frozenset()) -> list[dict[str, Any]]:
-    return [{"name": name, "mountPath": path, **({"readOnly": True} if name in read_only else {})} for name, path in paths.items()]
+    return [
+        {"name": name, "mountPath": path, **({"readOnly": True} if name in read_only else {})}
+        for name, path in paths.items()
+    ]
 
 
 def _probe(path: str, *, timeout_s: int, failures: int) -> dict[str, Any]:
-    return {"httpGet": {"path": path, "port": "http"}, "periodSeconds": PROBE_PERIOD_S, "timeoutSeconds": timeout_s,
-            "failureThreshold": failures}
+    return {
+        "httpGet": {"path": path, "port": "http"},
+        "periodSeconds": PROBE_PERIOD_S,
+        "timeoutSeconds": timeout_s,
+        "failureThreshold": failures,
+    }

@@ -5,13 +5,12 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from specctl.constants import ADAPTIVE_FILE, ADAPTIVE_PATH, OVERLAY_DIR, OVERLAY_PATH
+from specctl.constants import ADAPTIVE_FILE, ADAPTIVE_PATH, OVERLAY_PATH
 from specctl.engines import LaunchSpec
 from specctl.plan.capture import layers_of
 from specctl.plan.inputs import Inputs
 from specctl.plan.resolve import CaptureResolution
 from specctl.profile.profile import is_local_path
-
 
 
 @dataclass(frozen=True)
@@ -55,8 +54,14 @@ class Plan:
         return asdict(self)
 
 
-def build_plan(inputs: Inputs, resolution: CaptureResolution | None, *, baseline: bool = False,
-               node0_address: str | None = None, staged: bool = True) -> Plan:
+def build_plan(
+    inputs: Inputs,
+    resolution: CaptureResolution | None,
+    *,
+    baseline: bool = False,
+    node0_address: str | None = None,
+    staged: bool = True,
+) -> Plan:
     """The launch plan of every node; `baseline` serves the same target without speculation.
     Hub checkpoints are `staged` before the launch (so it starts offline from them), unless a deploy
     leaves the download to the engine.
@@ -73,16 +78,29 @@ def build_plan(inputs: Inputs, resolution: CaptureResolution | None, *, baseline
     adaptive_config = None if baseline else p.speculative.adaptive_config()
     env = dict(p.engine.env)
     if staged and any(not is_local_path(m) for m in (p.target.model, *([drafter] if drafter else []))):
-        env.setdefault("HF_HUB_OFFLINE", "1")  # deploy stages the Hub checkpoints first: start from them, fetch nothing else
+        env.setdefault(
+            "HF_HUB_OFFLINE", "1"
+        )  # deploy stages the Hub checkpoints first: start from them, fetch nothing else
     nodes = []
     for rank in range(p.parallel.nnodes):
         spec = LaunchSpec(
-            python=p.engine.python, model=p.target.model, revision=p.target.revision, host=p.engine.host, port=p.engine.port,
-            tp=p.parallel.tp, nnodes=p.parallel.nnodes, node_rank=rank,
+            python=p.engine.python,
+            model=p.target.model,
+            revision=p.target.revision,
+            host=p.engine.host,
+            port=p.engine.port,
+            tp=p.parallel.tp,
+            nnodes=p.parallel.nnodes,
+            node_rank=rank,
             dist_init_addr=f"{node0}:{p.parallel.dist_init_port}" if p.parallel.nnodes > 1 and node0 else None,
-            drafter=drafter, drafter_revision=drafter_revision, algorithm=p.speculative.algorithm,
-            num_steps=p.speculative.num_steps, eagle_topk=p.speculative.eagle_topk, num_draft_tokens=p.speculative.num_draft_tokens,
-            engine_version=p.engine.version, adaptive=bool(p.speculative.adaptive) and not baseline,
+            drafter=drafter,
+            drafter_revision=drafter_revision,
+            algorithm=p.speculative.algorithm,
+            num_steps=p.speculative.num_steps,
+            eagle_topk=p.speculative.eagle_topk,
+            num_draft_tokens=p.speculative.num_draft_tokens,
+            engine_version=p.engine.version,
+            adaptive=bool(p.speculative.adaptive) and not baseline,
             adaptive_config=ADAPTIVE_PATH if adaptive_config is not None else None,
         )
         argv = inputs.engine.argv(spec)
@@ -90,9 +108,19 @@ def build_plan(inputs: Inputs, resolution: CaptureResolution | None, *, baseline
             argv += inputs.engine.launch_args(p.engine.version, p.engine.args)
         host = p.hosts[rank] if rank < len(p.hosts) else None
         nodes.append(NodePlan(rank, host, tuple(argv), dict(env)))
-    return Plan(p.metadata.name, p.metadata.version, inputs.profile_sha256, p.engine.name, p.engine.version, baseline,
-                tuple(nodes), overlay, tuple(p.secrets), None if baseline else _capture_summary(resolution),
-                {ADAPTIVE_FILE: adaptive_config} if adaptive_config is not None else {})
+    return Plan(
+        p.metadata.name,
+        p.metadata.version,
+        inputs.profile_sha256,
+        p.engine.name,
+        p.engine.version,
+        baseline,
+        tuple(nodes),
+        overlay,
+        tuple(p.secrets),
+        None if baseline else _capture_summary(resolution),
+        {ADAPTIVE_FILE: adaptive_config} if adaptive_config is not None else {},
+    )
 
 
 def _overlay(inputs: Inputs, r: CaptureResolution | None) -> OverlayPlan | None:
@@ -109,7 +137,10 @@ def _capture_summary(r: CaptureResolution | None) -> dict[str, Any] | None:
         return None
     captured = list(r.served_outcome.captured)
     return {
-        "ids": list(r.served_ids) if r.served_ids is not None else None, "origin": r.origin,
-        "positions": captured, "layers": layers_of(captured),
-        "needed_layers": layers_of(list(r.needed)) if r.needed is not None else None, "matches": r.matches,
+        "ids": list(r.served_ids) if r.served_ids is not None else None,
+        "origin": r.origin,
+        "positions": captured,
+        "layers": layers_of(captured),
+        "needed_layers": layers_of(list(r.needed)) if r.needed is not None else None,
+        "matches": r.matches,
     }

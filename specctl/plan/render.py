@@ -24,8 +24,8 @@ def quote(word: str) -> str:
     """
     if word in (OVERLAY_PATH, ADAPTIVE_PATH):
         return word.replace(f"${{{RELEASE_DIR_VAR}}}", f'"${{{RELEASE_DIR_VAR}}}"')
-    if word.startswith(HEAD_ADDRESS + ":") and word[len(HEAD_ADDRESS) + 1:].isdigit():
-        return f'"${{{HEAD_ADDRESS_VAR}}}"' + word[len(HEAD_ADDRESS):]
+    if word.startswith(HEAD_ADDRESS + ":") and word[len(HEAD_ADDRESS) + 1 :].isdigit():
+        return f'"${{{HEAD_ADDRESS_VAR}}}"' + word[len(HEAD_ADDRESS) :]
     if all(map(_shows, word)):
         return shlex.quote(word)
     pieces = []
@@ -51,7 +51,8 @@ def render_sh(plan: Plan, node: NodePlan) -> str:
     kind = "baseline (no speculation)" if plan.baseline else "speculative"
     lines = [
         "#!/bin/sh",
-        f"# specctl launch script: profile {plan.profile} v{plan.version}, node {node.rank} of {len(plan.nodes)}, {kind}",
+        f"# specctl launch script: profile {plan.profile} v{plan.version}, "
+        f"node {node.rank} of {len(plan.nodes)}, {kind}",
         f"# profile sha256 {plan.sha256}",
         "set -eu",
         f'{RELEASE_DIR_VAR}="${{{RELEASE_DIR_VAR}:-$(cd "$(dirname "$0")" && pwd)}}"',

@@ -27,8 +27,13 @@ class CaptureResolution:
 
     @property
     def matches(self) -> bool:
-        return (self.needed is not None and self.served_outcome is not None and not self.served_outcome.error
-                and not self.served_outcome.dropped and tuple(self.served_outcome.captured) == self.needed)
+        return (
+            self.needed is not None
+            and self.served_outcome is not None
+            and not self.served_outcome.error
+            and not self.served_outcome.dropped
+            and tuple(self.served_outcome.captured) == self.needed
+        )
 
 
 def resolve_capture(inputs: Inputs) -> CaptureResolution | None:
@@ -40,15 +45,21 @@ def resolve_capture(inputs: Inputs) -> CaptureResolution | None:
     config_ids = inputs.engine.drafter_ids(inputs.drafter.config) if inputs.drafter else None
     config_outcome = convention.capture(config_ids, n)
 
-    def result(ids: tuple[int, ...] | None, origin: IdsOrigin, overlay: bool, inexpressible: bool = False) -> CaptureResolution:
+    def result(
+        ids: tuple[int, ...] | None, origin: IdsOrigin, overlay: bool, inexpressible: bool = False
+    ) -> CaptureResolution:
         outcome = convention.capture(list(ids) if ids is not None else None, n)
-        return CaptureResolution(needed, _tuple(config_ids), config_outcome, ids, outcome, origin, overlay, inexpressible)
+        return CaptureResolution(
+            needed, _tuple(config_ids), config_outcome, ids, outcome, origin, overlay, inexpressible
+        )
 
     if profile.drafter.layer_ids is not None:
         ids = tuple(profile.drafter.layer_ids)
         return result(ids, "profile", ids != _tuple(config_ids))
     unchanged_origin: IdsOrigin = "drafter-config" if config_ids is not None else "engine-default"
-    if needed is None or (not config_outcome.error and not config_outcome.dropped and tuple(config_outcome.captured) == needed):
+    if needed is None or (
+        not config_outcome.error and not config_outcome.dropped and tuple(config_outcome.captured) == needed
+    ):
         return result(_tuple(config_ids), unchanged_origin, False)
     overlay_ids = convention.ids_for(list(needed), n)
     if overlay_ids is None:

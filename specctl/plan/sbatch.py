@@ -20,7 +20,17 @@ from dataclasses import dataclass
 from specctl.constants import HEAD_ADDRESS_VAR, RELEASE_DIR_VAR
 from specctl.plan.plan import Plan
 
-__all__ = ["FACTS_FILE", "FACTS_SCRIPT", "HEAD_FILE", "JOB_FILE", "JobSettings", "job_name", "node_script", "render_sbatch", "sbatch_options"]
+__all__ = [
+    "FACTS_FILE",
+    "FACTS_SCRIPT",
+    "HEAD_FILE",
+    "JOB_FILE",
+    "JobSettings",
+    "job_name",
+    "node_script",
+    "render_sbatch",
+    "sbatch_options",
+]
 
 JOB_FILE = "job.sbatch"
 HEAD_FILE = "head-address"
@@ -63,11 +73,26 @@ def node_script(rank: int) -> str:
 
 def sbatch_options(plan: Plan, job: JobSettings) -> list[str]:
     """The job's sbatch options, as its #SBATCH lines carry them."""
-    options = [f"--job-name={job_name(job.profile, job.run_id)}", f"--nodes={len(plan.nodes)}", "--ntasks-per-node=1",
-               f"--output={job.release_dir}/server.log", "--open-mode=append", f"--chdir={job.release_dir}"]
+    options = [
+        f"--job-name={job_name(job.profile, job.run_id)}",
+        f"--nodes={len(plan.nodes)}",
+        "--ntasks-per-node=1",
+        f"--output={job.release_dir}/server.log",
+        "--open-mode=append",
+        f"--chdir={job.release_dir}",
+    ]
     options += ["--exclusive", "--mem=0"] if job.exclusive else []
-    options += [f"--{flag}={value}" for flag, value in (("partition", job.partition), ("account", job.account),
-                                                         ("qos", job.qos), ("time", job.time), ("gres", job.gres)) if value]
+    options += [
+        f"--{flag}={value}"
+        for flag, value in (
+            ("partition", job.partition),
+            ("account", job.account),
+            ("qos", job.qos),
+            ("time", job.time),
+            ("gres", job.gres),
+        )
+        if value
+    ]
     return options + list(job.sbatch_args)
 
 
@@ -77,40 +102,50 @@ def render_sbatch(plan: Plan, job: JobSettings) -> str:
     q = shlex.quote
     options = sbatch_options(plan, job)
     kind = "baseline (no speculation)" if plan.baseline else "speculative"
-    facts = (f"sh {FACTS_SCRIPT} {q(job.python)} {q(job.release_dir)} {job.port} {q(job.distribution)} "
-             f">{FACTS_FILE}.tmp 2>/dev/null; mv -f {FACTS_FILE}.tmp {FACTS_FILE}")
+    facts = (
+        f"sh {FACTS_SCRIPT} {q(job.python)} {q(job.release_dir)} {job.port} {q(job.distribution)} "
+        f">{FACTS_FILE}.tmp 2>/dev/null; mv -f {FACTS_FILE}.tmp {FACTS_FILE}"
+    )
     # in the step (a container's view, when srun_args name one): rank 0 reads its machine's facts, then
     # every rank execs its own launch script
-    step = (f'if [ "$SLURM_NODEID" = 0 ]; then {facts}; exec sh launch.sh; '
-            'else exec sh "launch-$SLURM_NODEID.sh"; fi')
-    lines = ["#!/bin/sh",
-             *(f"#SBATCH {q(option)}" for option in options),
-             f"# specctl job script: profile {plan.profile} v{plan.version}, {nodes} node(s), {kind}, release {job.run_id}",
-             f"# profile sha256 {plan.sha256}",
-             'echo "specctl: job $SLURM_JOB_ID started on $SLURM_JOB_NODELIST"',  # where this job's log begins
-             'confirm_s=${1:-0}',
-             *job.setup,
-             "set -u",
-             f"export {RELEASE_DIR_VAR}={q(job.release_dir)}",
-             'cd "$SPECCTL_RELEASE_DIR" || exit 1',
-             # the first node of the allocation is node rank 0; its NodeAddr is where the ranks meet
-             'head=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)',
-             'addr=$(scontrol show node "$head" -o 2>/dev/null | tr " " "\\n" | sed -n "s/^NodeAddr=//p")',
-             f'export {HEAD_ADDRESS_VAR}="${{addr:-$head}}"',
-             f'printf "%s %s\\n" "$SLURM_JOB_ID" "${HEAD_ADDRESS_VAR}" >{HEAD_FILE}.tmp && mv -f {HEAD_FILE}.tmp {HEAD_FILE}',
-             *_confirm_watch(job),
-             # srun does not inherit the batch step's CPUs (22.05): give each rank its node's, the fewest of any node
-             'cpus=$(echo "${SLURM_JOB_CPUS_PER_NODE:-1}" | tr "," "\\n" | sed "s/(.*//" | sort -n | head -n 1)',
-             "srun --kill-on-bad-exit=1 --ntasks=" + str(nodes) + ' --ntasks-per-node=1 --cpus-per-task="$cpus" '
-             + "".join(q(arg) + " " for arg in job.srun_args) + "sh -c " + q(step)]
+    step = f'if [ "$SLURM_NODEID" = 0 ]; then {facts}; exec sh launch.sh; else exec sh "launch-$SLURM_NODEID.sh"; fi'
+    lines = [
+        "#!/bin/sh",
+        *(f"#SBATCH {q(option)}" for option in options),
+        f"# specctl job script: profile {plan.profile} v{plan.version}, {nodes} node(s), {kind}, release {job.run_id}",
+        f"# profile sha256 {plan.sha256}",
+        'echo "specctl: job $SLURM_JOB_ID started on $SLURM_JOB_NODELIST"',  # where this job's log begins
+        "confirm_s=${1:-0}",
+        *job.setup,
+        "set -u",
+        f"export {RELEASE_DIR_VAR}={q(job.release_dir)}",
+        'cd "$SPECCTL_RELEASE_DIR" || exit 1',
+        # the first node of the allocation is node rank 0; its NodeAddr is where the ranks meet
+        'head=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)',
+        'addr=$(scontrol show node "$head" -o 2>/dev/null | tr " " "\\n" | sed -n "s/^NodeAddr=//p")',
+        f'export {HEAD_ADDRESS_VAR}="${{addr:-$head}}"',
+        f'printf "%s %s\\n" "$SLURM_JOB_ID" "${HEAD_ADDRESS_VAR}" >{HEAD_FILE}.tmp '
+        f"&& mv -f {HEAD_FILE}.tmp {HEAD_FILE}",
+        *_confirm_watch(job),
+        # srun does not inherit the batch step's CPUs (22.05): give each rank its node's, the fewest of any node
+        'cpus=$(echo "${SLURM_JOB_CPUS_PER_NODE:-1}" | tr "," "\\n" | sed "s/(.*//" | sort -n | head -n 1)',
+        "srun --kill-on-bad-exit=1 --ntasks="
+        + str(nodes)
+        + ' --ntasks-per-node=1 --cpus-per-task="$cpus" '
+        + "".join(q(arg) + " " for arg in job.srun_args)
+        + "sh -c "
+        + q(step),
+    ]
     return "\n".join(lines) + "\n"
 
 
 def _confirm_watch(job: JobSettings) -> list[str]:
     """A background loop: the job cancels itself unless `current` names its release by the deadline."""
-    body = (f'base={shlex.quote(job.profile_dir)}; id={shlex.quote(job.run_id)}; until=$(( $(date +%s) + confirm_s )); '
-            'while :; do case $(readlink "$base/current" 2>/dev/null) in */"$id") exit 0;; esac; '
-            'if [ "$(date +%s)" -ge "$until" ]; then '
-            'echo "specctl: release $id was not made current by its deadline: cancelling job $SLURM_JOB_ID"; '
-            'scancel "$SLURM_JOB_ID"; exit 0; fi; sleep 1; done')
+    body = (
+        f"base={shlex.quote(job.profile_dir)}; id={shlex.quote(job.run_id)}; until=$(( $(date +%s) + confirm_s )); "
+        'while :; do case $(readlink "$base/current" 2>/dev/null) in */"$id") exit 0;; esac; '
+        'if [ "$(date +%s)" -ge "$until" ]; then '
+        'echo "specctl: release $id was not made current by its deadline: cancelling job $SLURM_JOB_ID"; '
+        'scancel "$SLURM_JOB_ID"; exit 0; fi; sleep 1; done'
+    )
     return [f'if [ "$confirm_s" -gt 0 ]; then ( {body} ) & fi']

@@ -12,8 +12,17 @@ from specctl.profile.document import Loaded, content_sha256, load_document
 from specctl.profile.manifest import DrafterManifest
 from specctl.profile.profile import Profile
 
-__all__ = ["DrafterManifest", "Loaded", "Profile", "content_sha256", "load_document", "load_manifest",
-           "load_profile", "model_for", "validate_file"]
+__all__ = [
+    "DrafterManifest",
+    "Loaded",
+    "Profile",
+    "content_sha256",
+    "load_document",
+    "load_manifest",
+    "load_profile",
+    "model_for",
+    "validate_file",
+]
 
 KINDS = ("Profile", "DrafterManifest", "Inventory")
 
@@ -50,8 +59,18 @@ def validate_file(path: Path | str) -> tuple[str, str]:
     kind = doc.data.get("kind") if isinstance(doc.data, dict) else None
     if kind not in KINDS:
         pos = doc.position(("kind",))
-        raise DocumentError([DocumentProblem(str(path), pos.line if pos else None, pos.column if pos else None, "kind",
-                                             f"unknown kind {kind!r}", f"set `kind:` to one of {', '.join(KINDS)}")])
+        raise DocumentError(
+            [
+                DocumentProblem(
+                    str(path),
+                    pos.line if pos else None,
+                    pos.column if pos else None,
+                    "kind",
+                    f"unknown kind {kind!r}",
+                    f"set `kind:` to one of {', '.join(KINDS)}",
+                )
+            ]
+        )
     if kind == "Profile":
         return kind, load_profile(path).sha256
     loaded: Loaded[BaseModel] = load_document(path, model_for(kind), kind)

@@ -71,21 +71,29 @@ def _judge(st: os.stat_result, limit: int) -> Refusal | None:
     if stat.S_ISDIR(st.st_mode):
         return Refusal("is a directory, not a file", "point at a file inside it")
     if not stat.S_ISREG(st.st_mode):
-        return Refusal(f"is a {_file_type(st.st_mode)}, not a regular file",
-                        "point at a regular file (specctl does not read devices, FIFOs or sockets)")
+        return Refusal(
+            f"is a {_file_type(st.st_mode)}, not a regular file",
+            "point at a regular file (specctl does not read devices, FIFOs or sockets)",
+        )
     if st.st_size > limit:
         return _too_large(st.st_size, limit)
     return None
 
 
 def _too_large(size: int, limit: int) -> Refusal:
-    return Refusal(f"is {size} bytes, over the limit of {limit} bytes for this kind of file",
-                    "point at the intended file; real ones are far smaller")
+    return Refusal(
+        f"is {size} bytes, over the limit of {limit} bytes for this kind of file",
+        "point at the intended file; real ones are far smaller",
+    )
 
 
 def _file_type(mode: int) -> str:
-    for test, name in ((stat.S_ISFIFO, "FIFO"), (stat.S_ISCHR, "character device"), (stat.S_ISBLK, "block device"),
-                       (stat.S_ISSOCK, "socket")):
+    for test, name in (
+        (stat.S_ISFIFO, "FIFO"),
+        (stat.S_ISCHR, "character device"),
+        (stat.S_ISBLK, "block device"),
+        (stat.S_ISSOCK, "socket"),
+    ):
         if test(mode):
             return name
     return "special file"

@@ -68,13 +68,16 @@ class YamlDocument:
 
 
 def load_yaml(path: Path) -> YamlDocument:
-    """Read one YAML file into data with positions; unreadable files, syntax errors and duplicate keys are DocumentErrors."""
+    """Read one YAML file into data with positions; unreadable files, syntax errors and duplicate
+    keys are DocumentErrors."""
     file = str(path)
     raw = read_bounded(path, MAX_DOCUMENT_BYTES)
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise DocumentError([DocumentProblem(file, None, None, "", f"not UTF-8 text: {exc.reason}", "save the file as UTF-8")]) from None
+        raise DocumentError(
+            [DocumentProblem(file, None, None, "", f"not UTF-8 text: {exc.reason}", "save the file as UTF-8")]
+        ) from None
     return parse_yaml(text, file)
 
 
@@ -88,7 +91,11 @@ def parse_yaml(text: str, file: str) -> YamlDocument:
         line = mark.line + 1 if mark else None
         column = mark.column + 1 if mark else None
         problem = DocumentProblem(
-            file, line, column, "", f"invalid YAML: {exc.problem}",
+            file,
+            line,
+            column,
+            "",
+            f"invalid YAML: {exc.problem}",
             "fix the YAML syntax at this position (indentation, a missing ':' or an unclosed quote)",
             source_line(lines, line),
         )
@@ -96,11 +103,17 @@ def parse_yaml(text: str, file: str) -> YamlDocument:
     except yaml.reader.ReaderError as exc:  # a character YAML does not allow raw; the reader gives no line
         raise DocumentError([_reader_problem(exc, text, file, lines)]) from None
     except yaml.YAMLError as exc:
-        raise DocumentError([DocumentProblem(file, None, None, "", f"invalid YAML: {_first_line(exc)}",
-                                             "fix the YAML syntax")]) from None
+        raise DocumentError(
+            [DocumentProblem(file, None, None, "", f"invalid YAML: {_first_line(exc)}", "fix the YAML syntax")]
+        ) from None
     except RecursionError:  # only the pure-Python composer recurses; libyaml limits nesting itself
-        raise DocumentError([DocumentProblem(file, None, None, "", "invalid YAML: nested too deeply",
-                                             f"nest at most {MAX_NESTING_DEPTH} levels")]) from None
+        raise DocumentError(
+            [
+                DocumentProblem(
+                    file, None, None, "", "invalid YAML: nested too deeply", f"nest at most {MAX_NESTING_DEPTH} levels"
+                )
+            ]
+        ) from None
     builder = _Builder(file, lines)
     try:
         data = builder.build(node, ()) if node is not None else None
@@ -139,8 +152,17 @@ def capped(problems: list[DocumentProblem]) -> list[DocumentProblem]:
     if len(problems) <= MAX_PROBLEMS:
         return problems
     rest = len(problems) - MAX_PROBLEMS
-    return [*problems[:MAX_PROBLEMS], DocumentProblem(problems[0].file, None, None, "", f"{rest} more problem(s) not shown",
-                                                      "fix the problems above and validate again")]
+    return [
+        *problems[:MAX_PROBLEMS],
+        DocumentProblem(
+            problems[0].file,
+            None,
+            None,
+            "",
+            f"{rest} more problem(s) not shown",
+            "fix the problems above and validate again",
+        ),
+    ]
 
 
 def _reader_problem(exc: yaml.reader.ReaderError, text: str, file: str, lines: tuple[str, ...]) -> DocumentProblem:
@@ -148,9 +170,17 @@ def _reader_problem(exc: yaml.reader.ReaderError, text: str, file: str, lines: t
     index = text.find(char)
     line = text.count("\n", 0, index) + 1 if index >= 0 else None
     column = index - text.rfind("\n", 0, index) if index >= 0 else None
-    return DocumentProblem(file, line, column, "", f"invalid YAML: the character {char!r} may not be written raw ({exc.reason})",
-                           f"remove it, or write it as an escape inside double quotes, e.g. \"\\x{ord(char):02x}\"" if len(char) == 1
-                           else "remove it", source_line(lines, line))
+    return DocumentProblem(
+        file,
+        line,
+        column,
+        "",
+        f"invalid YAML: the character {char!r} may not be written raw ({exc.reason})",
+        f'remove it, or write it as an escape inside double quotes, e.g. "\\x{ord(char):02x}"'
+        if len(char) == 1
+        else "remove it",
+        source_line(lines, line),
+    )
 
 
 def _first_line(exc: BaseException) -> str:
@@ -192,22 +222,45 @@ class _Builder:
         `alias` the outermost alias being expanded, if any: the one a reader can change."""
         here = referrer or node.start_mark
         if id(node) in self.open:
-            raise _Abort(self._problem(here, path, "a recursive alias: this value contains itself",
-                                       "replace the alias with the values it should repeat"))
+            raise _Abort(
+                self._problem(
+                    here,
+                    path,
+                    "a recursive alias: this value contains itself",
+                    "replace the alias with the values it should repeat",
+                )
+            )
         if alias is None and id(node) in self.built:
             alias = (here, path)
         if alias is not None:
             self.aliased += 1
             if self.aliased > MAX_ALIAS_NODES:
-                raise _Abort(self._problem(*alias, f"aliases expand to more than {MAX_ALIAS_NODES} values; aliases are limited",
-                                           "write the values out, or repeat fewer aliases (nested aliases multiply)"))
+                raise _Abort(
+                    self._problem(
+                        *alias,
+                        f"aliases expand to more than {MAX_ALIAS_NODES} values; aliases are limited",
+                        "write the values out, or repeat fewer aliases (nested aliases multiply)",
+                    )
+                )
         self.values += 1
         if self.values > MAX_VALUES:
-            raise _Abort(self._problem(node.start_mark, path, f"the document holds more than {MAX_VALUES} values",
-                                       "point at the intended file; real specctl documents hold far fewer"))
+            raise _Abort(
+                self._problem(
+                    node.start_mark,
+                    path,
+                    f"the document holds more than {MAX_VALUES} values",
+                    "point at the intended file; real specctl documents hold far fewer",
+                )
+            )
         if len(path) > MAX_NESTING_DEPTH:
-            raise _Abort(self._problem(node.start_mark, path, f"values are nested more than {MAX_NESTING_DEPTH} levels deep",
-                                       "flatten the structure; no specctl field nests this deeply"))
+            raise _Abort(
+                self._problem(
+                    node.start_mark,
+                    path,
+                    f"values are nested more than {MAX_NESTING_DEPTH} levels deep",
+                    "flatten the structure; no specctl field nests this deeply",
+                )
+            )
         self.built.add(id(node))
         self.positions[path] = self._position(node.start_mark)
         if isinstance(node, yaml.ScalarNode):
@@ -231,15 +284,24 @@ class _Builder:
             if key_node.tag == _MERGE_TAG:
                 continue
             if not isinstance(key_node, yaml.ScalarNode):
-                self.problems.append(self._problem(key_node.start_mark, path, "a key must be a plain name, not a list or mapping",
-                                                   "write the key as plain text"))
+                self.problems.append(
+                    self._problem(
+                        key_node.start_mark,
+                        path,
+                        "a key must be a plain name, not a list or mapping",
+                        "write the key as plain text",
+                    )
+                )
                 continue
             key = self._scalar(key_node, path)
             if not isinstance(key, str):
                 key = str(key)
             if key in result:
-                self.problems.append(self._problem(key_node.start_mark, (*path, key), f"duplicate key {key!r}",
-                                                   "remove one of the two entries"))
+                self.problems.append(
+                    self._problem(
+                        key_node.start_mark, (*path, key), f"duplicate key {key!r}", "remove one of the two entries"
+                    )
+                )
                 continue
             result[key] = self.build(value_node, (*path, key), key_node.start_mark, alias)
             # point at the key, not its value: that is where a reader looks for a field
@@ -253,8 +315,14 @@ class _Builder:
         merged: dict[str, Any] = {}
         for source in sources:
             if not isinstance(source, yaml.MappingNode):
-                self.problems.append(self._problem(referrer, path, "`<<` merges mappings only",
-                                                   "write `<<: *anchor` where the anchor names a mapping"))
+                self.problems.append(
+                    self._problem(
+                        referrer,
+                        path,
+                        "`<<` merges mappings only",
+                        "write `<<: *anchor` where the anchor names a mapping",
+                    )
+                )
                 continue
             built = self.build(source, path, referrer, alias)
             merged = {**built, **merged}
@@ -267,24 +335,44 @@ class _Builder:
         try:
             value = _CONSTRUCTOR.construct_object(node, deep=True)
         except yaml.constructor.ConstructorError as exc:
-            self.problems.append(self._problem(node.start_mark, path, f"cannot read this value: {exc.problem}",
-                                               "remove the tag (specctl reads plain YAML values: text, numbers, true/false, lists, mappings)"))
+            self.problems.append(
+                self._problem(
+                    node.start_mark,
+                    path,
+                    f"cannot read this value: {exc.problem}",
+                    "remove the tag (specctl reads plain YAML values: text, numbers, true/false, lists, mappings)",
+                )
+            )
             return None
         except (ValueError, OverflowError) as exc:  # `!!int abc`, a date like 2024-13-01
-            self.problems.append(self._problem(node.start_mark, path, f"cannot read {shorten(node.value)!r}: {exc}",
-                                               "correct the value, or quote it to keep it as text"))
+            self.problems.append(
+                self._problem(
+                    node.start_mark,
+                    path,
+                    f"cannot read {shorten(node.value)!r}: {exc}",
+                    "correct the value, or quote it to keep it as text",
+                )
+            )
             return None
         if isinstance(value, int) and not isinstance(value, bool) and not -INT_LIMIT <= value < INT_LIMIT:
             return self._bad_number(node, path, "an integer outside the 64-bit range")
         return value
 
     def _bad_number(self, node: yaml.ScalarNode, path: Path_, what: str) -> None:
-        self.problems.append(self._problem(node.start_mark, path, f"{shorten(node.value)!r} is {what}",
-                                           "write a number that fits in 64 bits, or quote the value if it is text"))
+        self.problems.append(
+            self._problem(
+                node.start_mark,
+                path,
+                f"{shorten(node.value)!r} is {what}",
+                "write a number that fits in 64 bits, or quote the value if it is text",
+            )
+        )
 
     def _problem(self, mark: yaml.Mark, path: Path_, message: str, fix: str) -> DocumentProblem:
         line = mark.line + 1
-        return DocumentProblem(self.file, line, mark.column + 1, field_name(path), message, fix, source_line(self.lines, line))
+        return DocumentProblem(
+            self.file, line, mark.column + 1, field_name(path), message, fix, source_line(self.lines, line)
+        )
 
     def _position(self, mark: yaml.Mark) -> Position:
         return Position(self.file, mark.line + 1, mark.column + 1)

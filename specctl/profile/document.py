@@ -20,7 +20,17 @@ from pydantic import BaseModel, ValidationError
 
 from specctl.errors import DocumentError, DocumentProblem
 from specctl.profile._files import MAX_DOCUMENT_BYTES, refusal
-from specctl.profile._yaml import Path_, Position, YamlDocument, capped, field_name, load_yaml, printable, shorten, source_line
+from specctl.profile._yaml import (
+    Path_,
+    Position,
+    YamlDocument,
+    capped,
+    field_name,
+    load_yaml,
+    printable,
+    shorten,
+    source_line,
+)
 
 API_VERSION = "specctl/v1"
 MAX_EXTENDS_DEPTH = 16  # files in one extends chain; real chains have two or three
@@ -47,8 +57,15 @@ class Loaded(Generic[M]):
         """A problem found after validation, located at `field` as the schema's own problems are."""
         pos = _nearest(self.positions, field)
         line = pos.line if pos else None
-        return DocumentProblem(pos.file if pos else str(self.path), line, pos.column if pos else None,
-                               field_name(field), message, fix, source_line(self.lines.get(pos.file, ()) if pos else (), line))
+        return DocumentProblem(
+            pos.file if pos else str(self.path),
+            line,
+            pos.column if pos else None,
+            field_name(field),
+            message,
+            fix,
+            source_line(self.lines.get(pos.file, ()) if pos else (), line),
+        )
 
 
 def content_sha256(model: BaseModel) -> str:
@@ -76,22 +93,53 @@ def _resolve(
     real = path.resolve()
     if real in seen:
         cycle = " -> ".join(str(p) for p in (*seen, real))
-        raise DocumentError([DocumentProblem(str(path), None, None, "extends", f"extends cycle: {cycle}", "remove one of the extends links")])
+        raise DocumentError(
+            [
+                DocumentProblem(
+                    str(path), None, None, "extends", f"extends cycle: {cycle}", "remove one of the extends links"
+                )
+            ]
+        )
     data = _header(doc, kind)
     lines = {doc.file: doc.lines}
     extends = data.pop("extends", None)
     if extends is None:
         return data, doc.positions, lines, (path,)
     if not isinstance(extends, str) or not extends:
-        raise DocumentError([_at(doc, ("extends",), "extends must be a path to another profile", "write `extends: base.yaml` (relative to this file)")])
+        raise DocumentError(
+            [
+                _at(
+                    doc,
+                    ("extends",),
+                    "extends must be a path to another profile",
+                    "write `extends: base.yaml` (relative to this file)",
+                )
+            ]
+        )
     if len(seen) + 1 >= MAX_EXTENDS_DEPTH:
-        raise DocumentError([_at(doc, ("extends",), f"extends chains are limited to {MAX_EXTENDS_DEPTH} files",
-                                 "extend a profile that extends fewer others")])
-    base_path = (path.parent / extends)
+        raise DocumentError(
+            [
+                _at(
+                    doc,
+                    ("extends",),
+                    f"extends chains are limited to {MAX_EXTENDS_DEPTH} files",
+                    "extend a profile that extends fewer others",
+                )
+            ]
+        )
+    base_path = path.parent / extends
     found = refusal(base_path, MAX_DOCUMENT_BYTES)
     if found is not None:
-        raise DocumentError([_at(doc, ("extends",), f"extends target {extends!r} ({printable(str(base_path))}): {found.message}",
-                                 f"{found.fix}; the path is relative to this file")])
+        raise DocumentError(
+            [
+                _at(
+                    doc,
+                    ("extends",),
+                    f"extends target {extends!r} ({printable(str(base_path))}): {found.message}",
+                    f"{found.fix}; the path is relative to this file",
+                )
+            ]
+        )
     base, base_positions, base_lines, chain = _resolve(base_path, kind, (*seen, real))
     merged = _merge(base, data)
     positions = {p: pos for p, pos in base_positions.items() if not _replaced(p, data)}
@@ -102,20 +150,48 @@ def _resolve(
 def _header(doc: YamlDocument, kind: str) -> dict[str, Any]:
     data = doc.data
     if not isinstance(data, dict):
-        raise DocumentError([_at(doc, (), f"a {kind} must be a YAML mapping", f"start the file with `apiVersion: {API_VERSION}` and `kind: {kind}`")])
+        raise DocumentError(
+            [
+                _at(
+                    doc,
+                    (),
+                    f"a {kind} must be a YAML mapping",
+                    f"start the file with `apiVersion: {API_VERSION}` and `kind: {kind}`",
+                )
+            ]
+        )
     api = data.get("apiVersion")
     if api != API_VERSION:
-        raise DocumentError([_at(doc, ("apiVersion",), f"apiVersion is {api!r}, expected {API_VERSION!r}", f"set `apiVersion: {API_VERSION}`")])
+        raise DocumentError(
+            [
+                _at(
+                    doc,
+                    ("apiVersion",),
+                    f"apiVersion is {api!r}, expected {API_VERSION!r}",
+                    f"set `apiVersion: {API_VERSION}`",
+                )
+            ]
+        )
     if data.get("kind") != kind:
-        raise DocumentError([_at(doc, ("kind",), f"kind is {data.get('kind')!r}, expected {kind!r}", f"set `kind: {kind}` or pass this file to the command for its kind")])
+        raise DocumentError(
+            [
+                _at(
+                    doc,
+                    ("kind",),
+                    f"kind is {data.get('kind')!r}, expected {kind!r}",
+                    f"set `kind: {kind}` or pass this file to the command for its kind",
+                )
+            ]
+        )
     return dict(data)
 
 
 def _at(doc: YamlDocument, path: Path_, message: str, fix: str) -> DocumentProblem:
     pos = doc.position(path)
     line = pos.line if pos else None
-    return DocumentProblem(doc.file, line, pos.column if pos else None, field_name(path), message, fix,
-                           source_line(doc.lines, line))
+    return DocumentProblem(
+        doc.file, line, pos.column if pos else None, field_name(path), message, fix, source_line(doc.lines, line)
+    )
 
 
 def _merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
@@ -142,8 +218,11 @@ def _replaced(path: Path_, override: dict[str, Any]) -> bool:
 
 
 def _problems(
-    exc: ValidationError, model: type[BaseModel], positions: dict[Path_, Position],
-    lines: dict[str, tuple[str, ...]], file: str,
+    exc: ValidationError,
+    model: type[BaseModel],
+    positions: dict[Path_, Position],
+    lines: dict[str, tuple[str, ...]],
+    file: str,
 ) -> list[DocumentProblem]:
     problems = []
     for error in exc.errors(include_url=False):
@@ -158,8 +237,11 @@ def _problems(
         where = pos.file if pos else file
         source = source_line(lines.get(pos.file, ()), pos.line) if pos else None
         message, fix = _explain(error, model, raw)
-        problems.append(DocumentProblem(where, pos.line if pos else None, pos.column if pos else None,
-                                        field_name(loc), message, fix, source))
+        problems.append(
+            DocumentProblem(
+                where, pos.line if pos else None, pos.column if pos else None, field_name(loc), message, fix, source
+            )
+        )
     return problems
 
 
@@ -206,7 +288,7 @@ def _explain(error: Any, model: type[BaseModel], loc: Path_) -> tuple[str, str]:
     if kind in {"float_type", "float_parsing"}:
         return f"expected a number, got {shown}", "write a number without quotes, e.g. `0.85`"
     if kind in {"string_type"}:
-        return f"expected text, got {shown}", f"quote the value, e.g. `{loc[-1]}: \"{value}\"`"
+        return f"expected text, got {shown}", f'quote the value, e.g. `{loc[-1]}: "{value}"`'
     if kind in {"bool_type", "bool_parsing"}:
         return f"expected true or false, got {shown}", "write `true` or `false`"
     if kind in {"literal_error", "enum"}:
@@ -220,7 +302,10 @@ def _explain(error: Any, model: type[BaseModel], loc: Path_) -> tuple[str, str]:
     if kind in {"string_too_long", "string_too_short"}:
         return f"{shorten(shown)}: {error['msg']}", "use a value within the stated length"
     if kind == "string_pattern_mismatch":
-        return f"{shown} does not match the required form {ctx.get('pattern')!r}", "use lowercase letters, digits, '.', '_' and '-'"
+        return (
+            f"{shown} does not match the required form {ctx.get('pattern')!r}",
+            "use lowercase letters, digits, '.', '_' and '-'",
+        )
     return str(error["msg"]), "correct the value as the message says"
 
 

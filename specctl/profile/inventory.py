@@ -16,11 +16,17 @@ def state_directory(root: str) -> str:
     an empty or relative root would land in whatever directory a command runs in, and "/" is
     the whole filesystem."""
     if not (root == "~" or root.startswith("~/") or root.startswith("/")):
-        raise PydanticCustomError("root_relative", "root {root!r} is not an absolute path or one under ~/",
-                                  {"root": root, "fix": "write an absolute path, or one under the host's home, e.g. `root: ~/.specctl`"})
+        raise PydanticCustomError(
+            "root_relative",
+            "root {root!r} is not an absolute path or one under ~/",
+            {"root": root, "fix": "write an absolute path, or one under the host's home, e.g. `root: ~/.specctl`"},
+        )
     if posixpath.normpath(root) in ("/", "//"):
-        raise PydanticCustomError("root_filesystem", "root {root!r} is the filesystem root",
-                                  {"root": root, "fix": "use a directory of its own, e.g. `root: /srv/specctl`"})
+        raise PydanticCustomError(
+            "root_filesystem",
+            "root {root!r} is the filesystem root",
+            {"root": root, "fix": "use a directory of its own, e.g. `root: /srv/specctl`"},
+        )
     return root
 
 
@@ -33,12 +39,21 @@ class SshTarget(StrictModel):
 
 
 class Host(StrictModel):
-    ssh: Annotated[str | SshTarget | None, Field(description="an alias from ~/.ssh/config, or connection details")] = None
+    ssh: Annotated[str | SshTarget | None, Field(description="an alias from ~/.ssh/config, or connection details")] = (
+        None
+    )
     root: Annotated[str, Field(description="remote state directory")] = "~/.specctl"
-    address: Annotated[str | None, Field(description="where its servers are reached over HTTP (default: the SSH hostname)")] = None
+    address: Annotated[
+        str | None, Field(description="where its servers are reached over HTTP (default: the SSH hostname)")
+    ] = None
     python: str | None = None
-    hf_home: Annotated[str | None, Field(description="this host's Hugging Face home (HF_HOME) for staging and the launch, "
-                                                     "in place of the profile's HF_HOME / HF_HUB_CACHE")] = None
+    hf_home: Annotated[
+        str | None,
+        Field(
+            description="this host's Hugging Face home (HF_HOME) for staging and the launch, "
+            "in place of the profile's HF_HOME / HF_HUB_CACHE"
+        ),
+    ] = None
     gpu: str | None = None
     gpus: Annotated[int | None, Field(ge=1)] = None
 
@@ -60,15 +75,28 @@ class SlurmCluster(StrictModel):
     account: str | None = None
     qos: str | None = None
     time: Annotated[str | None, Field(description="the job's time limit, as sbatch --time reads it")] = None
-    gres: Annotated[str | None, Field(description="sbatch --gres per node (default gpu:<hardware.gpus_per_node>; '' for none)")] = None
-    tunnel: Annotated[bool, Field(description="reach the servers' HTTP through the login node's SSH connection "
-                                                "(compute nodes that only the login node can reach)")] = False
-    exclusive: Annotated[bool, Field(description="whole nodes per job (--exclusive --mem=0): all their CPUs and memory")] = True
+    gres: Annotated[
+        str | None, Field(description="sbatch --gres per node (default gpu:<hardware.gpus_per_node>; '' for none)")
+    ] = None
+    tunnel: Annotated[
+        bool,
+        Field(
+            description="reach the servers' HTTP through the login node's SSH connection "
+            "(compute nodes that only the login node can reach)"
+        ),
+    ] = False
+    exclusive: Annotated[
+        bool, Field(description="whole nodes per job (--exclusive --mem=0): all their CPUs and memory")
+    ] = True
     python: str | None = None
-    env: Annotated[dict[str, str], Field(description="environment of the cluster's commands on the login node (SLURM_CONF, ...)")] = {}
+    env: Annotated[
+        dict[str, str], Field(description="environment of the cluster's commands on the login node (SLURM_CONF, ...)")
+    ] = {}
     setup: Annotated[list[str], Field(description="shell lines the job runs before its step (module load, ...)")] = []
     sbatch_args: list[str] = []
-    srun_args: Annotated[list[str], Field(description="extra srun flags for the server step (--container-image=..., --mpi=...)")] = []
+    srun_args: Annotated[
+        list[str], Field(description="extra srun flags for the server step (--container-image=..., --mpi=...)")
+    ] = []
 
     @field_validator("root")
     @classmethod
@@ -106,19 +134,36 @@ class Inventory(StrictModel):
         for group, members in self.groups.items():
             unknown = [m for m in members if m not in self.hosts and m not in self.clusters]
             if unknown:
-                raise PydanticCustomError("unknown_host", "group {group!r} names unknown hosts {unknown}",
-                                          {"group": group, "unknown": unknown, "at": f"groups.{group}",
-                                           "fix": "define them under hosts or clusters, or fix the names"})
+                raise PydanticCustomError(
+                    "unknown_host",
+                    "group {group!r} names unknown hosts {unknown}",
+                    {
+                        "group": group,
+                        "unknown": unknown,
+                        "at": f"groups.{group}",
+                        "fix": "define them under hosts or clusters, or fix the names",
+                    },
+                )
         return self
 
     @model_validator(mode="after")
     def _clusters_reach_a_login_node(self) -> Inventory:
         for name, cluster in self.clusters.items():
             if isinstance(cluster, SlurmCluster) and cluster.login != "local" and cluster.login not in self.hosts:
-                raise PydanticCustomError("unknown_login", "cluster {name!r} names login node {login!r}, which is not a host",
-                                          {"name": name, "login": cluster.login, "at": f"clusters.{name}.login",
-                                           "fix": "define it under hosts:, or write `login: local` when specctl runs on it"})
+                raise PydanticCustomError(
+                    "unknown_login",
+                    "cluster {name!r} names login node {login!r}, which is not a host",
+                    {
+                        "name": name,
+                        "login": cluster.login,
+                        "at": f"clusters.{name}.login",
+                        "fix": "define it under hosts:, or write `login: local` when specctl runs on it",
+                    },
+                )
             if name in self.hosts or name in self.groups:
-                raise PydanticCustomError("cluster_name_taken", "cluster {name!r} is also a host or group name",
-                                          {"name": name, "at": f"clusters.{name}", "fix": "give the cluster a name of its own"})
+                raise PydanticCustomError(
+                    "cluster_name_taken",
+                    "cluster {name!r} is also a host or group name",
+                    {"name": name, "at": f"clusters.{name}", "fix": "give the cluster a name of its own"},
+                )
         return self

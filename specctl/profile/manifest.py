@@ -38,7 +38,10 @@ class ManifestTarget(ManifestDrafter):
 class Capture(StrictModel):
     layers: Annotated[
         list[CanonicalLayer],
-        Field(min_length=1, description="decoder layers whose OUTPUT was captured (0-based) or `embedding`, in concat order"),
+        Field(
+            min_length=1,
+            description="decoder layers whose OUTPUT was captured (0-based) or `embedding`, in concat order",
+        ),
     ]
     width: Annotated[int, Field(ge=1, description="len(layers) x target hidden size = drafter fc input features")]
 
@@ -50,7 +53,9 @@ class Training(StrictModel):
     dataset: str | None = None
     samples: Annotated[int | None, Field(ge=0)] = None
     date: datetime.date | None = None
-    source_convention: Annotated[str | None, Field(description="how the ids in the drafter config were meant, as imported")] = None
+    source_convention: Annotated[
+        str | None, Field(description="how the ids in the drafter config were meant, as imported")
+    ] = None
     notes: str | None = None
 
 
@@ -77,10 +82,15 @@ class DrafterManifest(StrictModel):
         expected = len(self.capture.layers) * self.target.hidden_size
         if self.capture.width != expected:
             raise PydanticCustomError(
-                "capture_width", "capture.width is {width} but {n} layers x hidden {hidden} = {expected}",
-                {"width": self.capture.width, "n": len(self.capture.layers), "hidden": self.target.hidden_size,
-                 "expected": expected, "at": "capture.width", "fix": f"set `width: {expected}` or correct capture.layers / target.hidden_size"},
+                "capture_width",
+                "capture.width is {width} but {n} layers x hidden {hidden} = {expected}",
+                {
+                    "width": self.capture.width,
+                    "n": len(self.capture.layers),
+                    "hidden": self.target.hidden_size,
+                    "expected": expected,
+                    "at": "capture.width",
+                    "fix": f"set `width: {expected}` or correct capture.layers / target.hidden_size",
+                },
             )
         return self
-
-

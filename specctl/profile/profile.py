@@ -36,8 +36,11 @@ class StrictModel(BaseModel):
     def _no_nul(cls, value: Any) -> Any:
         at = nul_at(value)
         if at is not None:
-            raise PydanticCustomError("nul_character", "a NUL character is not allowed in text",
-                                      {"at": at, "fix": "remove the NUL character (written \\0 or \\x00 in YAML)"})
+            raise PydanticCustomError(
+                "nul_character",
+                "a NUL character is not allowed in text",
+                {"at": at, "fix": "remove the NUL character (written \\0 or \\x00 in YAML)"},
+            )
         return value
 
 
@@ -67,13 +70,23 @@ def check_revision(model: str, revision: str | None, allow_unpinned: bool) -> No
     """Repo ids need a 40-hex commit unless explicitly allowed to float (a moving 'main' is not reproducible)."""
     if revision is not None and not REVISION_RE.match(revision) and not allow_unpinned:
         raise PydanticCustomError(
-            "revision_format", "revision {revision!r} is not a 40-hex commit id",
-            {"revision": revision, "at": "revision", "fix": "pin the full commit sha (`hf api` or the model page's history), or set `allow_unpinned: true`"},
+            "revision_format",
+            "revision {revision!r} is not a 40-hex commit id",
+            {
+                "revision": revision,
+                "at": "revision",
+                "fix": "pin the full commit sha (`hf api` or the model page's history), or set `allow_unpinned: true`",
+            },
         )
     if revision is None and not is_local_path(model) and not allow_unpinned:
         raise PydanticCustomError(
-            "revision_missing", "{model!r} is a Hugging Face repo id without a pinned revision",
-            {"model": model, "at": "revision", "fix": "add `revision: <40-hex commit>` or set `allow_unpinned: true` (not reproducible)"},
+            "revision_missing",
+            "{model!r} is a Hugging Face repo id without a pinned revision",
+            {
+                "model": model,
+                "at": "revision",
+                "fix": "add `revision: <40-hex commit>` or set `allow_unpinned: true` (not reproducible)",
+            },
         )
 
 
@@ -98,7 +111,9 @@ class Drafter(Target):
     manifest: Annotated[str, Field(description="path to the drafter's DrafterManifest, relative to the profile")]
     layer_ids: Annotated[
         list[int] | None,
-        Field(description="ids to serve in the drafter config (engine frame); normally left out so specctl derives them"),
+        Field(
+            description="ids to serve in the drafter config (engine frame); normally left out so specctl derives them"
+        ),
     ] = None
 
 
@@ -152,7 +167,7 @@ class Hardware(StrictModel):
 
 class Engine(StrictModel):
     name: Annotated[str, Field(description="engine name from specctl's engine registry")]
-    version: Annotated[str, Field(description="exact engine version, e.g. \"0.5.23\" (quoted)")]
+    version: Annotated[str, Field(description='exact engine version, e.g. "0.5.23" (quoted)')]
     python: Annotated[str, Field(description="interpreter on the host that has the engine installed")] = "python3"
     host: str = "0.0.0.0"
     port: Annotated[int, Field(ge=1, le=65535)] = 30000
@@ -165,8 +180,11 @@ class Engine(StrictModel):
         from specctl.engines import engine_names
 
         if name not in engine_names():
-            raise PydanticCustomError("unknown_engine", "unknown engine {name!r}",
-                                      {"name": name, "fix": f"use one of: {', '.join(engine_names())}"})
+            raise PydanticCustomError(
+                "unknown_engine",
+                "unknown engine {name!r}",
+                {"name": name, "fix": f"use one of: {', '.join(engine_names())}"},
+            )
         return name
 
     @field_validator("env")
@@ -174,8 +192,11 @@ class Engine(StrictModel):
     def _env_names(cls, env: dict[str, str]) -> dict[str, str]:
         for name in env:
             if not re.match(ENV_NAME_RE, name):
-                raise PydanticCustomError("env_name", "{name!r} is not a valid environment variable name",
-                                          {"name": name, "fix": "use letters, digits and '_', not starting with a digit"})
+                raise PydanticCustomError(
+                    "env_name",
+                    "{name!r} is not a valid environment variable name",
+                    {"name": name, "fix": "use letters, digits and '_', not starting with a digit"},
+                )
         return env
 
 
@@ -209,26 +230,41 @@ class Verify(StrictModel):
 
     @model_validator(mode="after")
     def _thresholds_name_points(self) -> Verify:
-        if isinstance(self.concurrency, list) and (not self.concurrency or len(set(self.concurrency)) != len(self.concurrency)):
-            raise PydanticCustomError("concurrency_list", "concurrency must list each level once",
-                                      {"at": "concurrency", "fix": "write e.g. [1, 4, 16]"})
+        if isinstance(self.concurrency, list) and (
+            not self.concurrency or len(set(self.concurrency)) != len(self.concurrency)
+        ):
+            raise PydanticCustomError(
+                "concurrency_list",
+                "concurrency must list each level once",
+                {"at": "concurrency", "fix": "write e.g. [1, 4, 16]"},
+            )
         for gate in ("min_accept_length", "min_speedup", "max_ttft_s"):
             value = getattr(self, gate)
             stray = sorted(set(value) - set(self.points)) if isinstance(value, dict) else []
             if stray:
                 raise PydanticCustomError(
-                    "threshold_point", "{gate} names concurrency {stray}, which verify.concurrency does not measure",
-                    {"gate": gate, "stray": stray, "at": gate,
-                     "fix": f"add {stray} to verify.concurrency, or remove it from {gate}"})
+                    "threshold_point",
+                    "{gate} names concurrency {stray}, which verify.concurrency does not measure",
+                    {
+                        "gate": gate,
+                        "stray": stray,
+                        "at": gate,
+                        "fix": f"add {stray} to verify.concurrency, or remove it from {gate}",
+                    },
+                )
         return self
 
 
 class TuneObjective(StrictModel):
     """What `specctl tune` maximises: a throughput at one operating point."""
 
-    metric: Annotated[Literal["output_tokens_per_s", "decode_tokens_per_s"],
-                      Field(description="Σ tokens / Σ e2e per request (output) or after the first token (decode)")] = "output_tokens_per_s"
-    concurrency: Annotated[Concurrency | None, Field(description="the operating point (default: verify's highest)")] = None
+    metric: Annotated[
+        Literal["output_tokens_per_s", "decode_tokens_per_s"],
+        Field(description="Σ tokens / Σ e2e per request (output) or after the first token (decode)"),
+    ] = "output_tokens_per_s"
+    concurrency: Annotated[Concurrency | None, Field(description="the operating point (default: verify's highest)")] = (
+        None
+    )
 
 
 class Tune(StrictModel):
@@ -240,7 +276,9 @@ class Tune(StrictModel):
     num_draft_tokens: list[Annotated[int, Field(ge=1)]] = []
     adaptive: Annotated[list[bool], Field(min_length=1)] = [False]
     objective: TuneObjective = TuneObjective()
-    requests: Annotated[int | None, Field(ge=8, description="planned requests per candidate (default: verify.requests, at least 8)")] = None
+    requests: Annotated[
+        int | None, Field(ge=8, description="planned requests per candidate (default: verify.requests, at least 8)")
+    ] = None
     batch: Annotated[int, Field(ge=1, description="requests between two looks at a candidate's interval")] = 4
 
 
@@ -269,7 +307,12 @@ class Profile(StrictModel):
         leaked = sorted(set(self.secrets) & set(self.engine.env))
         if leaked:
             raise PydanticCustomError(
-                "secret_in_env", "secret {names} also has a value in engine.env, which would be written to disk",
-                {"names": ", ".join(leaked), "at": "engine.env", "fix": "remove it from engine.env; secrets are passed from your environment at run time"},
+                "secret_in_env",
+                "secret {names} also has a value in engine.env, which would be written to disk",
+                {
+                    "names": ", ".join(leaked),
+                    "at": "engine.env",
+                    "fix": "remove it from engine.env; secrets are passed from your environment at run time",
+                },
             )
         return self

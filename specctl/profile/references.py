@@ -29,8 +29,11 @@ def _manifest_problem(loaded: Loaded[Profile]) -> DocumentProblem | None:
     found = refusal(path, MAX_DOCUMENT_BYTES)
     if found is None or found.missing:
         return None
-    return loaded.problem(("drafter", "manifest"), f"manifest {drafter.manifest!r} ({printable(str(path))}): {found.message}",
-                          f"{found.fix}; the path is relative to this file")
+    return loaded.problem(
+        ("drafter", "manifest"),
+        f"manifest {drafter.manifest!r} ({printable(str(path))}): {found.message}",
+        f"{found.fix}; the path is relative to this file",
+    )
 
 
 def _workload_problem(loaded: Loaded[Profile]) -> DocumentProblem | None:

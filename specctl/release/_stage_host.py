@@ -51,9 +51,13 @@ def fail(kind: str, message: str, code: int = 3, **fields: Any) -> NoReturn:
 def kind_of(exc: BaseException) -> str:
     """What went wrong, by huggingface_hub's error classes (read by name: no import needed to test)."""
     names = {cls.__name__ for cls in type(exc).__mro__}
-    for name, kind in (("GatedRepoError", "gated"), ("RevisionNotFoundError", "revision"),
-                       ("RepositoryNotFoundError", "repo"), ("LocalEntryNotFoundError", "network"),
-                       ("EntryNotFoundError", "incomplete")):
+    for name, kind in (
+        ("GatedRepoError", "gated"),
+        ("RevisionNotFoundError", "revision"),
+        ("RepositoryNotFoundError", "repo"),
+        ("LocalEntryNotFoundError", "network"),
+        ("EntryNotFoundError", "incomplete"),
+    ):
         if name in names:
             return kind
     return "network"
@@ -139,17 +143,33 @@ def main() -> None:
             info = api.model_info(repo, revision=revision, files_metadata=True)
         except Exception as exc:  # noqa: BLE001 - reported by kind
             kind = kind_of(exc)
-            fail(kind, MESSAGES.get(kind, "{repo}: cannot ask the Hub: {error}").format(
-                repo=repo, revision=revision, error=f"{type(exc).__name__}: {exc}"), repo=repo)
-        files: dict[str, int | None] = {s.rfilename: s.size for s in info.siblings or ()
-                 if any(fnmatch.fnmatch(s.rfilename, p) for p in spec["patterns"])}
+            fail(
+                kind,
+                MESSAGES.get(kind, "{repo}: cannot ask the Hub: {error}").format(
+                    repo=repo, revision=revision, error=f"{type(exc).__name__}: {exc}"
+                ),
+                repo=repo,
+            )
+        files: dict[str, int | None] = {
+            s.rfilename: s.size
+            for s in info.siblings or ()
+            if any(fnmatch.fnmatch(s.rfilename, p) for p in spec["patterns"])
+        }
         commit = str(info.sha)
         snapshot = os.path.join(repo_dir(repo), "snapshots", commit)
         missing = missing_in(snapshot, files)
         need = sum(size or 0 for size in missing.values())
         plans.append((repo, commit, files, snapshot, need))
-        emit(event="plan", repo=repo, commit=commit, snapshot=snapshot, bytes=sum(s or 0 for s in files.values()), fetch=need,
-             files=len(files), fetch_files=len(missing))
+        emit(
+            event="plan",
+            repo=repo,
+            commit=commit,
+            snapshot=snapshot,
+            bytes=sum(s or 0 for s in files.values()),
+            fetch=need,
+            files=len(files),
+            fetch_files=len(missing),
+        )
     probe = cache
     while not os.path.exists(probe):
         probe = os.path.dirname(probe)
@@ -157,8 +177,13 @@ def main() -> None:
     need = sum(p[4] for p in plans)
     emit(event="disk", cache=cache, free=free, need=need, reserve=spec["reserve"])
     if spec["mode"] == "fetch" and need + spec["reserve"] > free:
-        fail("disk", f"{cache} has {free} bytes free; staging needs {need} plus a reserve of {spec['reserve']}", code=4,
-             free=free, need=need)
+        fail(
+            "disk",
+            f"{cache} has {free} bytes free; staging needs {need} plus a reserve of {spec['reserve']}",
+            code=4,
+            free=free,
+            need=need,
+        )
     if spec["mode"] == "plan":
         return
 
@@ -166,8 +191,13 @@ def main() -> None:
         total = sum(size or 0 for size in files.values())
         stop = threading.Event()
 
-        def report(repo: str = repo, snapshot: str = snapshot, files: dict[str, int | None] = files, total: int = total,
-                   stop: threading.Event = stop) -> None:
+        def report(
+            repo: str = repo,
+            snapshot: str = snapshot,
+            files: dict[str, int | None] = files,
+            total: int = total,
+            stop: threading.Event = stop,
+        ) -> None:
             blobs = os.path.join(repo_dir(repo), "blobs")
             while not stop.wait(1.0):
                 done = 0
@@ -189,15 +219,23 @@ def main() -> None:
             snapshot_download(repo, revision=commit, allow_patterns=list(files), max_workers=4)
         except Exception as exc:  # noqa: BLE001 - the files done stay done: the next stage fetches the rest
             kind = kind_of(exc)
-            fail(kind, MESSAGES.get(kind, "{repo}: the download stopped: {error}").format(
-                repo=repo, revision=commit, error=f"{type(exc).__name__}: {exc}"), repo=repo)
+            fail(
+                kind,
+                MESSAGES.get(kind, "{repo}: the download stopped: {error}").format(
+                    repo=repo, revision=commit, error=f"{type(exc).__name__}: {exc}"
+                ),
+                repo=repo,
+            )
         finally:
             stop.set()
             watcher.join()  # its last progress line comes before the outcome's
         left = missing_in(snapshot, files)
         if left:
-            fail("incomplete", f"{repo}: {len(left)} file(s) are not in the snapshot after the download, "
-                 f"e.g. {sorted(left)[0]}", repo=repo)
+            fail(
+                "incomplete",
+                f"{repo}: {len(left)} file(s) are not in the snapshot after the download, e.g. {sorted(left)[0]}",
+                repo=repo,
+            )
         os.makedirs(records, exist_ok=True)
         tmp = record_path(repo, commit) + ".tmp"
         with open(tmp, "w") as handle:

@@ -40,21 +40,42 @@ def read_release(release: Release) -> ReleaseDocs:
     """Read and parse a release's documents; a damaged release is a host error naming the file."""
     t = release.transport
     names = (PROFILE_FILE, PLAN_FILE, SUMMARY_FILE, WORKLOAD_FILE)
-    done = t.run(["sh", "-c", 'cd "$1" || exit 1; shift; for f; do printf "%s\\0" "$(wc -c <"$f" 2>/dev/null || echo -1)"; '
-                  'cat "$f" 2>/dev/null; done', "sh", release.dir, *names], check=False, retry=True)
+    done = t.run(
+        [
+            "sh",
+            "-c",
+            'cd "$1" || exit 1; shift; for f; do printf "%s\\0" "$(wc -c <"$f" 2>/dev/null || echo -1)"; '
+            'cat "$f" 2>/dev/null; done',
+            "sh",
+            release.dir,
+            *names,
+        ],
+        check=False,
+        retry=True,
+    )
     raw = _split(done.out, len(names)) if done.rc == 0 else None
     if raw is None or any(data is None for data in raw):
         missing = names if raw is None else [n for n, data in zip(names, raw, strict=True) if data is None]
-        raise HostError(f"{t.name}: release {release.run_id} lacks {', '.join(missing)}", host=t.name,
-                        fix="it predates verify or was damaged; deploy the profile again")
+        raise HostError(
+            f"{t.name}: release {release.run_id} lacks {', '.join(missing)}",
+            host=t.name,
+            fix="it predates verify or was damaged; deploy the profile again",
+        )
     profile_raw, plan_raw, summary_raw, workload_raw = (data or b"" for data in raw)
     try:
         summary = json.loads(summary_raw)
-        return ReleaseDocs(Profile.model_validate(json.loads(profile_raw)), json.loads(plan_raw), summary,
-                           parse_workload(str(summary.get("workload", "workload")), workload_raw))
+        return ReleaseDocs(
+            Profile.model_validate(json.loads(profile_raw)),
+            json.loads(plan_raw),
+            summary,
+            parse_workload(str(summary.get("workload", "workload")), workload_raw),
+        )
     except (ValueError, ValidationError, AttributeError, InputError) as exc:
-        raise HostError(f"{t.name}: release {release.run_id} has a damaged document: {str(exc)[:200]}", host=t.name,
-                        fix="deploy the profile again; do not edit release directories by hand") from None
+        raise HostError(
+            f"{t.name}: release {release.run_id} has a damaged document: {str(exc)[:200]}",
+            host=t.name,
+            fix="deploy the profile again; do not edit release directories by hand",
+        ) from None
 
 
 def _split(out: bytes, count: int) -> list[bytes | None] | None:

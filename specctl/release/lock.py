@@ -22,8 +22,14 @@ _CREATE = 'mkdir -p "${1%/*}" && set -C && printf "%s\\n" "$2" > "$1"'
 
 
 def owner(run_id: str, command: str) -> dict[str, Any]:
-    return {"user": getpass.getuser(), "machine": socket.gethostname(), "pid": os.getpid(), "run_id": run_id,
-            "command": command, "since": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    return {
+        "user": getpass.getuser(),
+        "machine": socket.gethostname(),
+        "pid": os.getpid(),
+        "run_id": run_id,
+        "command": command,
+        "since": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
 
 
 def acquire(transport: Transport, base: str, who: dict[str, Any]) -> None:
@@ -40,11 +46,16 @@ def acquire(transport: Transport, base: str, who: dict[str, Any]) -> None:
     if held == who:
         return
     if held is None:
-        raise HostError(f"{transport.name}: cannot create the lock {base}/lock", host=transport.name,
-                        fix="check that the state directory is writable and its disk is not full")
-    raise HostError(f"{transport.name}: {base} is locked by {describe(held)}", host=transport.name,
-                    fix="wait for it to finish; if its process is gone: specctl unlock --hosts "
-                        f"{transport.name} PROFILE")
+        raise HostError(
+            f"{transport.name}: cannot create the lock {base}/lock",
+            host=transport.name,
+            fix="check that the state directory is writable and its disk is not full",
+        )
+    raise HostError(
+        f"{transport.name}: {base} is locked by {describe(held)}",
+        host=transport.name,
+        fix=f"wait for it to finish; if its process is gone: specctl unlock --hosts {transport.name} PROFILE",
+    )
 
 
 def read(transport: Transport, base: str) -> dict[str, Any] | None:
@@ -79,6 +90,10 @@ def describe(held: dict[str, Any] | None) -> str:
         return "nobody (the lock vanished)"
     if "unreadable" in held:
         return f"an unreadable lock file ({held['unreadable']!r})"
-    state = {True: "its process is running", False: "its process is gone", None: "on another machine"}[holder_alive(held)]
-    return (f"{held.get('user')}@{held.get('machine')} pid {held.get('pid')} since {held.get('since')} "
-            f"(run {held.get('run_id')}: {held.get('command')}; {state})")
+    state = {True: "its process is running", False: "its process is gone", None: "on another machine"}[
+        holder_alive(held)
+    ]
+    return (
+        f"{held.get('user')}@{held.get('machine')} pid {held.get('pid')} since {held.get('since')} "
+        f"(run {held.get('run_id')}: {held.get('command')}; {state})"
+    )

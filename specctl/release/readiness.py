@@ -34,9 +34,18 @@ def stage_of(lines: Sequence[str], stages: Sequence[tuple[str, str]]) -> str:
     return reached
 
 
-def wait_ready(target: Target, release: Release, port: int, stages: Sequence[tuple[str, str]], *, handle: int, budget_s: float,
-               on_progress: Callable[[str], None] = lambda stage: None, poll_s: float = 0.5,
-               cancel: CancelToken = NEVER) -> float:
+def wait_ready(
+    target: Target,
+    release: Release,
+    port: int,
+    stages: Sequence[tuple[str, str]],
+    *,
+    handle: int,
+    budget_s: float,
+    on_progress: Callable[[str], None] = lambda stage: None,
+    poll_s: float = 0.5,
+    cancel: CancelToken = NEVER,
+) -> float:
     """Block until the server answers a generation; returns the seconds it took. The first polls
     come quickly (a server that starts in a moment is not kept waiting a whole poll), then its
     health every `poll_s` and its target (process or job, log) at the target's own pace. The
@@ -64,14 +73,22 @@ def wait_ready(target: Target, release: Release, port: int, stages: Sequence[tup
                 alive, ended = True, None  # unknown: the server may well be loading; its health decides, or the budget
                 on_progress("host connection lost; still waiting")
             if not alive:
-                raise StartupFailed(f"{t.name}: the server exited during start-up" + (f" ({ended})" if ended else ""), host=t.name,
-                                    log=lines[-20:], fix="read the server log lines shown with this error; `specctl logs` shows the whole log")
+                raise StartupFailed(
+                    f"{t.name}: the server exited during start-up" + (f" ({ended})" if ended else ""),
+                    host=t.name,
+                    log=lines[-20:],
+                    fix="read the server log lines shown with this error; `specctl logs` shows the whole log",
+                )
             next_look = time.monotonic() + look_pause
             look_pause = min(look_pause * 2, max(poll_s, target.poll_s))
         if time.monotonic() - start > budget_s:
-            raise StartupFailed(f"{t.name}: no generation within the {budget_s:.0f} s start-up budget"
-                                + (f" ({waiting})" if waiting else ""), host=t.name,
-                                log=lines[-20:], fix="raise the start-up budget (--startup-timeout), or read the log for a hang")
+            raise StartupFailed(
+                f"{t.name}: no generation within the {budget_s:.0f} s start-up budget"
+                + (f" ({waiting})" if waiting else ""),
+                host=t.name,
+                log=lines[-20:],
+                fix="raise the start-up budget (--startup-timeout), or read the log for a hang",
+            )
         on_progress(waiting or stage_of(lines, stages))
         cancel.sleep(pause)
         pause = min(pause * 2, poll_s)

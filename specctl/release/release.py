@@ -66,8 +66,10 @@ def host_root(transport: Transport, root: str) -> str:
 # Unpack a tar from stdin beside the release directory, then rename it into place: a release
 # directory either does not exist or is whole, and a failed unpack (a full disk) leaves nothing
 # behind. $1 = release directory.
-_UNPACK = ('tmp="$1.part.$$" && mkdir -p "$tmp" && '
-           '{ tar -x -f - -C "$tmp" && mv -T "$tmp" "$1"; } || { rc=$?; rm -rf "$tmp"; exit $rc; }')
+_UNPACK = (
+    'tmp="$1.part.$$" && mkdir -p "$tmp" && '
+    '{ tar -x -f - -C "$tmp" && mv -T "$tmp" "$1"; } || { rc=$?; rm -rf "$tmp"; exit $rc; }'
+)
 WHOLE = ("launch.sh", "profile.json", "plan.json", SUMMARY_FILE, WORKLOAD_FILE)  # what restarting and verifying need
 
 
@@ -77,8 +79,9 @@ def env_file(env: dict[str, str]) -> bytes:
     return "".join(f"{k}={quote(v)}\n" for k, v in sorted(env.items())).encode()
 
 
-def release_files(plan: Plan, node: NodePlan, documents: dict[str, Any],
-                  overlay_sources: dict[str, str] | None = None) -> dict[str, tuple[bytes, int] | str]:
+def release_files(
+    plan: Plan, node: NodePlan, documents: dict[str, Any], overlay_sources: dict[str, str] | None = None
+) -> dict[str, tuple[bytes, int] | str]:
     """Every file of a release: name -> (content, mode), or name -> symlink target."""
     files: dict[str, tuple[bytes, int] | str] = {
         "launch.sh": (render_sh(plan, node).encode(), 0o755),
@@ -92,8 +95,11 @@ def release_files(plan: Plan, node: NodePlan, documents: dict[str, Any],
         for name in plan.overlay.links:
             source = (overlay_sources or {}).get(name)
             if source is None:
-                raise HostError(f"no source for drafter file {name}", host="-",
-                                fix="the drafter must be present on the host (a local path, or downloaded into its HF cache)")
+                raise HostError(
+                    f"no source for drafter file {name}",
+                    host="-",
+                    fix="the drafter must be present on the host (a local path, or downloaded into its HF cache)",
+                )
             files[f"{OVERLAY_DIR}/{name}"] = source
     return files
 
@@ -121,14 +127,25 @@ def materialize(release: Release, files: dict[str, tuple[bytes, int] | str]) -> 
 
 def missing_files(release: Release) -> list[str]:
     """What a release lacks of what restarting and verifying it need (empty: it is whole)."""
-    done = release.transport.run(["sh", "-c", 'cd "$1" 2>/dev/null || { echo .; exit 0; }; shift; '
-                                  'for f; do [ -f "$f" ] || echo "$f"; done', "sh", release.dir, *WHOLE], retry=True)
+    done = release.transport.run(
+        [
+            "sh",
+            "-c",
+            'cd "$1" 2>/dev/null || { echo .; exit 0; }; shift; for f; do [ -f "$f" ] || echo "$f"; done',
+            "sh",
+            release.dir,
+            *WHOLE,
+        ],
+        retry=True,
+    )
     return ["the release directory" if line == "." else line for line in done.stdout.splitlines()]
 
 
 # $1 link target, $2 temporary link, $3 the link; $4 (optional) a start-up time to record first, $5 where.
-_SWITCH = ('if [ -n "${4:-}" ]; then printf \'{"startup_s": %s}\\n\' "$4" >"$5.tmp" && mv -f "$5.tmp" "$5" || exit 1; fi; '
-           'ln -sfn "$1" "$2" && mv -Tf "$2" "$3"')
+_SWITCH = (
+    'if [ -n "${4:-}" ]; then printf \'{"startup_s": %s}\\n\' "$4" >"$5.tmp" && mv -f "$5.tmp" "$5" || exit 1; fi; '
+    'ln -sfn "$1" "$2" && mv -Tf "$2" "$3"'
+)
 
 
 def switch(release: Release, link: str = "current", *, startup_s: float | None = None) -> None:
@@ -136,8 +153,9 @@ def switch(release: Release, link: str = "current", *, startup_s: float | None =
     `startup_s`, the release's start-up time is recorded first, in the same round trip."""
     tmp = f"{release.base}/.{link}.{secrets.token_hex(4)}"
     record = [f"{startup_s:.2f}", release.path(STARTUP_FILE)] if startup_s is not None else []
-    release.transport.run(["sh", "-c", _SWITCH, "sh", f"releases/{release.run_id}", tmp, f"{release.base}/{link}", *record],
-                          retry=True)
+    release.transport.run(
+        ["sh", "-c", _SWITCH, "sh", f"releases/{release.run_id}", tmp, f"{release.base}/{link}", *record], retry=True
+    )
 
 
 def unlink(transport: Transport, base: str, link: str = "current") -> None:
@@ -168,7 +186,8 @@ env -u SPECCTL_RELEASE_DIR setsid sh -c '
   while kill -0 "-$pg" 2>/dev/null; do
     case $(readlink "$base/current" 2>/dev/null) in */"$id") exit 0;; esac
     if [ "$(date +%s)" -ge "$until" ]; then
-      echo "specctl: release $id was not made current by its deadline: stopping its server" >>"$base/releases/$id/server.log"
+      log=$base/releases/$id/server.log
+      echo "specctl: release $id was not made current by its deadline: stopping its server" >>"$log"
       kill -TERM "-$pg" 2>/dev/null; i=0
       while kill -0 "-$pg" 2>/dev/null && [ $i -lt 300 ]; do sleep 0.1; i=$((i+1)); done
       kill -KILL "-$pg" 2>/dev/null; exit 0
@@ -183,8 +202,10 @@ def start(release: Release, *, confirm_within_s: float, env: dict[str, str] | No
     """Start the release's server detached; returns its process group. Secrets travel only in
     `env`, to this process. Unless `current` names the release within `confirm_within_s`, the
     host stops the server by itself."""
-    done = release.transport.run(["sh", "-c", _START, "sh", release.dir, release.base, release.run_id, str(int(confirm_within_s))],
-                                 env={**(env or {}), RELEASE_DIR_VAR: release.dir})
+    done = release.transport.run(
+        ["sh", "-c", _START, "sh", release.dir, release.base, release.run_id, str(int(confirm_within_s))],
+        env={**(env or {}), RELEASE_DIR_VAR: release.dir},
+    )
     return int(done.stdout.strip().splitlines()[-1])
 
 
@@ -225,7 +246,9 @@ alive_group() {
 # Every server of a profile, one "run-id process-group" line each, found two ways: the pid files of
 # all releases, and the environment every server inherits from its launch (SPECCTL_RELEASE_DIR),
 # which finds a server whose release directory or pid file was deleted. $1 = the profile's directory.
-_FIND = _ALIVE + r"""
+_FIND = (
+    _ALIVE
+    + r"""
 find_servers() {
   for f in "$1"/releases/*/server.pid; do
     p=$(cat "$f" 2>/dev/null) || continue
@@ -244,11 +267,14 @@ find_servers() {
   done
 }
 """
+)
 _SERVERS = _FIND + 'find_servers "$1" | sort -u'
 # Stop servers by process group, waiting on the host (no round trip per poll): TERM, up to $1 tenths
 # of seconds of grace, then KILL. $2 = the profile's directory, $3 = one run id (else every server).
 # Prints the run ids that were running.
-_STOP = _FIND + r"""
+_STOP = (
+    _FIND
+    + r"""
 limit=$1; base=$2; only=${3:-}
 stop_round() {
   find_servers "$base" | sort -u | while read -r id g; do
@@ -269,6 +295,7 @@ while [ $round -lt 3 ]; do
 done
 true
 """
+)
 
 
 @dataclass(frozen=True)
@@ -298,11 +325,14 @@ def _servers_in(lines: list[str]) -> list[Server]:
 
 # A preflight's look at a profile's directory in one round trip: the half-written release directories
 # of interrupted transfers removed, then what `current` names, then every running server.
-_SURVEY = _FIND + r"""
+_SURVEY = (
+    _FIND
+    + r"""
 for d in "$1"/releases/*.part.*; do [ -d "$d" ] && rm -rf "$d"; done
 readlink "$1/current" 2>/dev/null || echo
 find_servers "$1" | sort -u
 """
+)
 
 
 @dataclass(frozen=True)
@@ -357,6 +387,8 @@ _OBSERVE = _ALIVE + 'if alive_group "$1"; then echo alive; else echo gone; fi; t
 
 def observe(release: Release, process_group: int, lines: int = 200) -> tuple[bool, list[str]]:
     """Whether the server's process group is alive, and the last lines of its log."""
-    done = release.transport.run(["sh", "-c", _OBSERVE, "sh", str(process_group), str(lines), release.path(LOG)], retry=True)
+    done = release.transport.run(
+        ["sh", "-c", _OBSERVE, "sh", str(process_group), str(lines), release.path(LOG)], retry=True
+    )
     first, *rest = done.stdout.splitlines() or ["gone"]
     return first == "alive", rest

@@ -26,13 +26,17 @@ __all__ = ["SlurmTarget"]
 # A Slurm command's behaviour follows the caller's SBATCH_* and SQUEUE_* variables, which override
 # #SBATCH lines and change squeue's output: the login shell's own settings must not reach them.
 _CLEAN = r"""
-for v in $(env | sed -n -e 's/^\(SBATCH_[A-Za-z0-9_]*\)=.*/\1/p' -e 's/^\(SQUEUE_[A-Za-z0-9_]*\)=.*/\1/p'); do unset "$v"; done
+for v in $(env | sed -n -e 's/^\(SBATCH_[A-Za-z0-9_]*\)=.*/\1/p' -e 's/^\(SQUEUE_[A-Za-z0-9_]*\)=.*/\1/p'); do
+  unset "$v"
+done
 """
 # This user's jobs of one profile that hold or wait for an allocation, one "run-id job-id" line each:
 # named for the profile AND working in a release directory under this root (`--chdir`), so two
 # roots on one cluster, or two users, never see each other's jobs. A failing squeue is an error,
 # never "no jobs". $1 = the profile's job-name prefix, $2 = its releases directory + "/".
-_JOBS = _CLEAN + r"""
+_JOBS = (
+    _CLEAN
+    + r"""
 jobs_of() {
   out=$(squeue --me -h -o '%i|%j|%T|%Z|%L') || return 3
   printf '%s\n' "$out" | while IFS='|' read -r id name state dir left; do
@@ -45,20 +49,26 @@ jobs_of() {
   done
 }
 """
+)
 # survey: half-written releases swept, `current`, then the profile's jobs. $1 = profile dir, $2 = job-name prefix.
-_SURVEY = _JOBS + r"""
+_SURVEY = (
+    _JOBS
+    + r"""
 for d in "$1"/releases/*.part.*; do [ -d "$d" ] && rm -rf "$d"; done
 readlink "$1/current" 2>/dev/null || echo
 found=$(jobs_of "$2" "$1/releases/") || exit 3
 printf '%s\n' "$found" | sort -u
 """
+)
 # One start-up poll, three parts:
 # - "state|reason|nodes"; "ended|<final state>|" once squeue no longer lists the job (or knows no
 #   such id); "unknown|<error>|" when squeue itself failed (the controller did not answer);
 # - the head node's address, when the job's own id wrote it (a resubmitted release's old one is not it);
 # - the server log from this job's start marker on (earlier runs of the release appended before it).
 # $1 job id, $2 release dir, $3 lines.
-_OBSERVE = _CLEAN + r"""
+_OBSERVE = (
+    _CLEAN
+    + r"""
 if line=$(squeue -h -j "$1" -o '%T|%r|%N' 2>&1); then
   line=$(printf '%s\n' "$line" | head -n 1)
   if [ -z "$line" ]; then
@@ -66,7 +76,10 @@ if line=$(squeue -h -j "$1" -o '%T|%r|%N' 2>&1); then
     line="ended|${final:-gone}|"
   fi
 else
-  case $line in *"Invalid job id"*) line="ended|gone|";; *) line="unknown|$(printf '%s' "$line" | head -n 1 | tr '|' ' ')|";; esac
+  case $line in
+    *"Invalid job id"*) line="ended|gone|";;
+    *) line="unknown|$(printf '%s' "$line" | head -n 1 | tr '|' ' ')|";;
+  esac
 fi
 echo "$line"
 read -r jid addr <"$2/head-address" 2>/dev/null || jid=""
@@ -75,9 +88,12 @@ at=$(grep -n -F "specctl: job $1 started" "$2/server.log" 2>/dev/null | tail -n 
 [ -n "$at" ] && tail -n +"$at" "$2/server.log" | tail -n "$3"
 true
 """
+)
 # Cancel jobs, then wait (on the login node) until squeue lists none of them still holding or
 # waiting for nodes (COMPLETING is Slurm's own clean-up: the server is gone). $1 = tenths of seconds, $@ ids.
-_CANCEL = _CLEAN + r"""
+_CANCEL = (
+    _CLEAN
+    + r"""
 limit=$1; shift
 [ $# -gt 0 ] || exit 0
 scancel "$@" || exit $?
@@ -93,18 +109,40 @@ while [ $i -lt "$limit" ]; do
 done
 echo "still running after scancel: $*" >&2; exit 1
 """
+)
 # sbatch from the release directory, without the caller's SBATCH_* and without the files a previous
 # job of the same release left (a rollback resubmits it). $1 = release dir, then sbatch's arguments.
-_SUBMIT = _CLEAN + r"""
+_SUBMIT = (
+    _CLEAN
+    + r"""
 cd "$1" && shift && rm -f head-address allocation-facts.txt && exec sbatch --parsable "$@"
 """
+)
 # Pending reasons that no wait clears: the job can never start as submitted.
-NEVER_STARTS = frozenset({
-    "PartitionTimeLimit", "PartitionNodeLimit", "PartitionConfig", "PartitionDown", "PartitionInactive",
-    "InvalidAccount", "InvalidQOS", "AccountNotAllowed", "QOSNotAllowed", "BadConstraints", "DependencyNeverSatisfied",
-    "JobHeldAdmin", "QOSMaxGRESPerJob", "QOSMaxNodePerJobLimit", "QOSMaxWallDurationPerJobLimit", "QOSMaxCpuPerJobLimit",
-    "AssocMaxGRESPerJob", "AssocMaxNodesPerJobLimit", "AssocMaxWallDurationPerJobLimit", "AssocMaxCpuPerJobLimit",
-})
+NEVER_STARTS = frozenset(
+    {
+        "PartitionTimeLimit",
+        "PartitionNodeLimit",
+        "PartitionConfig",
+        "PartitionDown",
+        "PartitionInactive",
+        "InvalidAccount",
+        "InvalidQOS",
+        "AccountNotAllowed",
+        "QOSNotAllowed",
+        "BadConstraints",
+        "DependencyNeverSatisfied",
+        "JobHeldAdmin",
+        "QOSMaxGRESPerJob",
+        "QOSMaxNodePerJobLimit",
+        "QOSMaxWallDurationPerJobLimit",
+        "QOSMaxCpuPerJobLimit",
+        "AssocMaxGRESPerJob",
+        "AssocMaxNodesPerJobLimit",
+        "AssocMaxWallDurationPerJobLimit",
+        "AssocMaxCpuPerJobLimit",
+    }
+)
 # how much later than its deadline a job cancels itself: `current` is read through the compute
 # node's view of shared storage, which an NFS client may cache for up to a minute
 SHARED_STORAGE_SLACK_S = 120
@@ -125,16 +163,20 @@ class SlurmTarget:
 
     def _run(self, script: str, *args: str, timeout_s: float = 60.0) -> Completed:
         """A script of Slurm commands on the login node, in the cluster's environment; safe to send twice."""
-        return self.transport.run(["sh", "-c", script, "sh", *args], env=dict(self.cluster.env) or None, timeout_s=timeout_s,
-                                  retry=True)
+        return self.transport.run(
+            ["sh", "-c", script, "sh", *args], env=dict(self.cluster.env) or None, timeout_s=timeout_s, retry=True
+        )
 
     def survey_command(self, base: str) -> list[str]:
         exports = [f"{k}={v}" for k, v in sorted(self.cluster.env.items())]
         return ["env", *exports, "sh", "-c", _SURVEY, "sh", base, _prefix(base)]
 
     def servers(self, base: str) -> list[rel.Server]:
-        done = self._run(_JOBS + 'found=$(jobs_of "$1" "$2") || exit 3; printf "%s\\n" "$found" | sort -u', _prefix(base),
-                         f"{base}/releases/")
+        done = self._run(
+            _JOBS + 'found=$(jobs_of "$1" "$2") || exit 3; printf "%s\\n" "$found" | sort -u',
+            _prefix(base),
+            f"{base}/releases/",
+        )
         return rel.read_survey(Completed(0, b"\n" + done.out, "")).servers
 
     def start(self, release: rel.Release, *, confirm_within_s: float, env: Mapping[str, str] | None = None) -> int:
@@ -142,9 +184,11 @@ class SlurmTarget:
         done = self.transport.run(argv, env={**self.cluster.env, **(env or {})}, timeout_s=120, check=False)
         first = done.stdout.strip().split(";")[0]
         if done.rc != 0 or not first.isdigit():
-            raise HostError(f"{self.transport.name}: sbatch refused the job: {(done.stderr or done.stdout).strip()[-400:]}",
-                            host=self.transport.name,
-                            fix="check the cluster entry (partition, account, qos, time, gres) against `sinfo` and your allocation")
+            raise HostError(
+                f"{self.transport.name}: sbatch refused the job: {(done.stderr or done.stdout).strip()[-400:]}",
+                host=self.transport.name,
+                fix="check the cluster entry (partition, account, qos, time, gres) against `sinfo` and your allocation",
+            )
         return int(first)
 
     def observe(self, release: rel.Release, handle: int) -> Observation:
@@ -158,18 +202,25 @@ class SlurmTarget:
         if state == "unknown":
             return Observation(True, lines, None, waiting=f"job {handle}: squeue did not answer ({reason.strip()})")
         if state == "PENDING" and reason in NEVER_STARTS:
-            return Observation(False, lines, None, ended=f"job {handle} can never start as submitted: pending ({reason})")
+            return Observation(
+                False, lines, None, ended=f"job {handle} can never start as submitted: pending ({reason})"
+            )
         if state != "RUNNING":
             why = f" ({reason})" if reason and reason != "None" else ""
             return Observation(True, lines, None, waiting=f"job {handle} {state.lower()}{why}")
-        return Observation(True, lines, address.strip() or None, waiting=None if address.strip() else f"job {handle} on {nodes}")
+        return Observation(
+            True, lines, address.strip() or None, waiting=None if address.strip() else f"job {handle} on {nodes}"
+        )
 
     def address(self, release: rel.Release) -> str:
         raw = self.transport.read(release.path(HEAD_FILE))
         words = raw.decode().split() if raw else []
         if len(words) != 2:
-            raise HostError(f"{self.transport.name}: release {release.run_id} has no head-node address: its job never ran",
-                            host=self.transport.name, fix="see `specctl status` and the job's log (`specctl logs`)")
+            raise HostError(
+                f"{self.transport.name}: release {release.run_id} has no head-node address: its job never ran",
+                host=self.transport.name,
+                fix="see `specctl status` and the job's log (`specctl logs`)",
+            )
         return words[1]
 
     def endpoint(self, address: str, port: int) -> tuple[str, int]:

@@ -127,7 +127,9 @@ def host_env(engine_env: Mapping[str, str], hf_home: str | None) -> dict[str, st
     return {**{k: v for k, v in engine_env.items() if k not in ("HF_HOME", "HF_HUB_CACHE")}, "HF_HOME": hf_home}
 
 
-def staging_env(engine_env: Mapping[str, str], secrets_env: Mapping[str, str], hf_home: str | None = None) -> dict[str, str]:
+def staging_env(
+    engine_env: Mapping[str, str], secrets_env: Mapping[str, str], hf_home: str | None = None
+) -> dict[str, str]:
     """The launch environment's cache settings on that host and the secrets; online, whatever the
     launch or the host's own environment says (staging is the one step that is meant to fetch)."""
     # huggingface_hub's own progress bars would pile up on stderr for the whole download: the
@@ -136,13 +138,19 @@ def staging_env(engine_env: Mapping[str, str], secrets_env: Mapping[str, str], h
 
 
 def command(python: str, root: str, checkpoints: Sequence[Checkpoint], mode: str) -> list[str]:
-    request = {"mode": mode, "root": root, "patterns": list(PATTERNS), "reserve": RESERVE_BYTES,
-               "checkpoints": [{"repo": c.repo, "revision": c.revision} for c in checkpoints]}
+    request = {
+        "mode": mode,
+        "root": root,
+        "patterns": list(PATTERNS),
+        "reserve": RESERVE_BYTES,
+        "checkpoints": [{"repo": c.repo, "revision": c.revision} for c in checkpoints],
+    }
     return [python, "-c", _SCRIPT, json.dumps(request, sort_keys=True)]
 
 
-def check(transport: Transport, *, python: str, root: str, checkpoints: Sequence[Checkpoint],
-          env: Mapping[str, str]) -> tuple[list[Staged], list[Checkpoint]]:
+def check(
+    transport: Transport, *, python: str, root: str, checkpoints: Sequence[Checkpoint], env: Mapping[str, str]
+) -> tuple[list[Staged], list[Checkpoint]]:
     """What is staged on the host already, from its disk alone: one round trip."""
     events = _events(transport, _run(transport, command(python, root, checkpoints, "check"), env))
     staged = [_staged(e) for e in events if e["event"] == "staged"]
@@ -165,21 +173,36 @@ class StagePlan:
         return self.free is None or self.need + RESERVE_BYTES <= self.free
 
 
-def plan(transport: Transport, *, python: str, root: str, checkpoints: Sequence[Checkpoint],
-         env: Mapping[str, str]) -> StagePlan:
+def plan(
+    transport: Transport, *, python: str, root: str, checkpoints: Sequence[Checkpoint], env: Mapping[str, str]
+) -> StagePlan:
     """What is staged, and what the rest would fetch against the cache's free space (asks the Hub
     from the host; downloads nothing)."""
     events = _events(transport, _run(transport, command(python, root, checkpoints, "plan"), env))
     disk = next((e for e in events if e["event"] == "disk"), None)
-    return StagePlan([_staged(e) for e in events if e["event"] == "staged"],
-                     [Planned(e["repo"], e["commit"], e["snapshot"], int(e["bytes"]), int(e["fetch"]))
-                      for e in events if e["event"] == "plan"],
-                     disk["cache"] if disk else None, int(disk["free"]) if disk else None, int(disk["need"]) if disk else 0)
+    return StagePlan(
+        [_staged(e) for e in events if e["event"] == "staged"],
+        [
+            Planned(e["repo"], e["commit"], e["snapshot"], int(e["bytes"]), int(e["fetch"]))
+            for e in events
+            if e["event"] == "plan"
+        ],
+        disk["cache"] if disk else None,
+        int(disk["free"]) if disk else None,
+        int(disk["need"]) if disk else 0,
+    )
 
 
-def stage(transport: Transport, *, python: str, root: str, checkpoints: Sequence[Checkpoint], env: Mapping[str, str],
-          on_progress: Callable[[StageProgress], None] = lambda p: None,
-          slot: Callable[[], Any] | None = None) -> list[Staged]:
+def stage(
+    transport: Transport,
+    *,
+    python: str,
+    root: str,
+    checkpoints: Sequence[Checkpoint],
+    env: Mapping[str, str],
+    on_progress: Callable[[StageProgress], None] = lambda p: None,
+    slot: Callable[[], Any] | None = None,
+) -> list[Staged]:
     """Make every checkpoint present on the host. Already staged: one round trip. Otherwise (in a
     `slot`, the fleet's cap on hosts downloading at once) size, check the disk, download."""
     staged, missing = check(transport, python=python, root=root, checkpoints=checkpoints, env=env)
@@ -207,7 +230,9 @@ def stage(transport: Transport, *, python: str, root: str, checkpoints: Sequence
 
 
 def _run(transport: Transport, argv: list[str], env: Mapping[str, str]) -> Completed:
-    return transport.run(argv, env=dict(env) or None, timeout_s=300, check=False, retry=True)  # reads and sizes: safe twice
+    return transport.run(
+        argv, env=dict(env) or None, timeout_s=300, check=False, retry=True
+    )  # reads and sizes: safe twice
 
 
 def _event(text: str) -> dict[str, Any] | None:
@@ -223,21 +248,33 @@ def _events(transport: Transport, done: Completed) -> list[dict[str, Any]]:
     events = [e for e in map(_event, done.stdout.splitlines()) if e is not None]
     for e in events:
         if e["event"] == "error":
-            raise StageFailed(f"{transport.name}: staging refused: {e['message']}", host=transport.name, kind=e["kind"],
-                              fix=_FIXES.get(e["kind"], "nothing running was stopped; run `specctl stage` again to resume"))
+            raise StageFailed(
+                f"{transport.name}: staging refused: {e['message']}",
+                host=transport.name,
+                kind=e["kind"],
+                fix=_FIXES.get(e["kind"], "nothing running was stopped; run `specctl stage` again to resume"),
+            )
     if done.rc != 0:
         tail = (done.stderr or done.stdout).strip().splitlines()[-3:]
-        raise StageFailed(f"{transport.name}: staging exited {done.rc}: {' | '.join(tail)}", host=transport.name, kind="exit",
-                          fix="nothing running was stopped; run `specctl stage` again (a download resumes where it stopped)")
+        raise StageFailed(
+            f"{transport.name}: staging exited {done.rc}: {' | '.join(tail)}",
+            host=transport.name,
+            kind="exit",
+            fix="nothing running was stopped; run `specctl stage` again (a download resumes where it stopped)",
+        )
     return events
 
 
 _FIXES = {
     "no-hub": "install huggingface_hub in the engine's environment (it comes with sglang), or check engine.python",
-    "gated": "accept the repo's terms on the Hub, put a token in HF_TOKEN and list HF_TOKEN under the profile's secrets:",
+    "gated": (
+        "accept the repo's terms on the Hub, put a token in HF_TOKEN and list HF_TOKEN under the profile's secrets:"
+    ),
     "repo": "check the repo id; a private repo needs HF_TOKEN under the profile's secrets:",
     "revision": "pin a revision the repo has (a 40-hex commit id from its history)",
-    "network": "nothing running was stopped; check the host's route to the Hub (or HF_ENDPOINT), then stage again: it resumes",
+    "network": (
+        "nothing running was stopped; check the host's route to the Hub (or HF_ENDPOINT), then stage again: it resumes"
+    ),
     "disk": "free space on the cache's file system, or point HF_HOME / HF_HUB_CACHE (engine.env) at a larger one",
     "incomplete": "run `specctl stage` again: the download resumes",
 }

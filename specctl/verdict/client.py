@@ -36,8 +36,14 @@ from specctl.errors import HostError
 
 # meta_info keys of a finished /generate response in sglang 0.5.23 (tokenizer_manager.py,
 # `_calculate_spec_decoding_metrics`); the spec_* keys appear only when spec_verify_ct > 0
-SPEC_KEYS = ("spec_verify_ct", "spec_accept_length", "spec_accept_rate", "spec_num_correct_drafts",
-             "spec_num_proposed_drafts", "spec_correct_drafts_histogram")
+SPEC_KEYS = (
+    "spec_verify_ct",
+    "spec_accept_length",
+    "spec_accept_rate",
+    "spec_num_correct_drafts",
+    "spec_num_proposed_drafts",
+    "spec_correct_drafts_histogram",
+)
 CHAT_PATH = "/v1/chat/completions"
 TICK_S = 0.25  # the longest a blocking socket call waits before the deadline and the cancel token are checked
 SHOWN_BYTES = 200  # how much of a wrong answer an error message quotes
@@ -48,8 +54,16 @@ class EngineHTTPError(HostError):
     """Raised when the server answered with an error status (`status` set) or could not be reached
     (`status` None); `host` is the server's host:port, `method` and `path` name the request."""
 
-    def __init__(self, message: str, *, host: str, status: int | None = None, method: str | None = None,
-                 path: str | None = None, fix: str | None = None) -> None:
+    def __init__(
+        self,
+        message: str,
+        *,
+        host: str,
+        status: int | None = None,
+        method: str | None = None,
+        path: str | None = None,
+        fix: str | None = None,
+    ) -> None:
         super().__init__(message, host=host, fix=fix)
         self.status = status
         self.method = method
@@ -59,8 +73,16 @@ class EngineHTTPError(HostError):
 class EngineTimeout(EngineHTTPError):
     """Raised when a request had no complete answer within its deadline (`deadline_s`)."""
 
-    def __init__(self, message: str, *, host: str, deadline_s: float, method: str | None = None,
-                 path: str | None = None, fix: str | None = None) -> None:
+    def __init__(
+        self,
+        message: str,
+        *,
+        host: str,
+        deadline_s: float,
+        method: str | None = None,
+        path: str | None = None,
+        fix: str | None = None,
+    ) -> None:
         super().__init__(message, host=host, method=method, path=path, fix=fix)
         self.deadline_s = deadline_s
 
@@ -68,8 +90,17 @@ class EngineTimeout(EngineHTTPError):
 class EngineAnswerError(EngineHTTPError):
     """Raised for an answer that is not what sglang's API promises; `received` holds its first bytes."""
 
-    def __init__(self, message: str, *, host: str, received: bytes, status: int | None = None,
-                 method: str | None = None, path: str | None = None, fix: str | None = None) -> None:
+    def __init__(
+        self,
+        message: str,
+        *,
+        host: str,
+        received: bytes,
+        status: int | None = None,
+        method: str | None = None,
+        path: str | None = None,
+        fix: str | None = None,
+    ) -> None:
         super().__init__(message, host=host, status=status, method=method, path=path, fix=fix)
         self.received = received
 
@@ -124,17 +155,21 @@ def parse_generate(body: object, client_latency_s: float = 0.0) -> Generation:
     if text is not None and not isinstance(text, str):
         raise MalformedBody(f"text: expected a string, got {text!r:.80}")
     return Generation(
-        text=text or "", output_ids=_ints(answer.get("output_ids"), "output_ids") or (),
+        text=text or "",
+        output_ids=_ints(answer.get("output_ids"), "output_ids") or (),
         prompt_tokens=_int(meta.get("prompt_tokens"), "meta_info.prompt_tokens") or 0,
         completion_tokens=_int(meta.get("completion_tokens"), "meta_info.completion_tokens") or 0,
-        finish_reason=finish, e2e_latency_s=_float(meta.get("e2e_latency"), "meta_info.e2e_latency"),
+        finish_reason=finish,
+        e2e_latency_s=_float(meta.get("e2e_latency"), "meta_info.e2e_latency"),
         client_latency_s=client_latency_s,
         spec_verify_ct=_int(meta.get("spec_verify_ct"), "meta_info.spec_verify_ct"),
         spec_accept_length=_float(meta.get("spec_accept_length"), "meta_info.spec_accept_length"),
         spec_accept_rate=_float(meta.get("spec_accept_rate"), "meta_info.spec_accept_rate"),
         spec_num_correct_drafts=_int(meta.get("spec_num_correct_drafts"), "meta_info.spec_num_correct_drafts"),
         spec_num_proposed_drafts=_int(meta.get("spec_num_proposed_drafts"), "meta_info.spec_num_proposed_drafts"),
-        spec_correct_drafts_histogram=_ints(meta.get("spec_correct_drafts_histogram"), "meta_info.spec_correct_drafts_histogram"),
+        spec_correct_drafts_histogram=_ints(
+            meta.get("spec_correct_drafts_histogram"), "meta_info.spec_correct_drafts_histogram"
+        ),
         first_token_latency_s=_float(meta.get("first_token_latency"), "meta_info.first_token_latency"),
     )
 
@@ -215,9 +250,14 @@ class _Call:
         self.cancel.check()
         left = self.ends_at - time.monotonic()
         if left <= 0:
-            raise EngineTimeout(f"{self.method} {self.path} on {self.host}: no complete answer within {self.deadline_s:g} s",
-                                host=self.host, deadline_s=self.deadline_s, method=self.method, path=self.path,
-                                fix="the server is hung or overloaded: read its log (`specctl logs`), or allow it more time")
+            raise EngineTimeout(
+                f"{self.method} {self.path} on {self.host}: no complete answer within {self.deadline_s:g} s",
+                host=self.host,
+                deadline_s=self.deadline_s,
+                method=self.method,
+                path=self.path,
+                fix="the server is hung or overloaded: read its log (`specctl logs`), or allow it more time",
+            )
         return min(TICK_S, left)
 
 
@@ -278,7 +318,7 @@ def _resolve(host: str, port: int, call: _Call) -> list[tuple[Any, ...]]:
             found.extend(socket.getaddrinfo(host, port, type=socket.SOCK_STREAM))
         except (OSError, UnicodeError) as exc:
             failed.append(OSError(f"cannot resolve {host}: {exc}"))
-        except BaseException as exc:  # handed to the caller rather than to the thread's excepthook
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller rather than to the thread's excepthook
             failed.append(exc)
         finally:
             done.set()
@@ -354,7 +394,10 @@ class _Stream:
             if not isinstance(chunk, dict):
                 raise MalformedBody(f"a stream chunk is not a JSON object: {data[:80]!r}")
             meta = _mapping(chunk.get("meta_info"), "meta_info", optional=True)
-            if self.first_token_s is None and (_int(meta.get("completion_tokens"), "meta_info.completion_tokens") or 0) > 0:
+            if (
+                self.first_token_s is None
+                and (_int(meta.get("completion_tokens"), "meta_info.completion_tokens") or 0) > 0
+            ):
                 self.first_token_s = time.perf_counter() - self.start
             self.last = chunk
 
@@ -379,8 +422,14 @@ class EngineClient:
         self.timeout_s = timeout_s
         self.cancel = cancel
 
-    def _exchange(self, method: str, path: str, payload: Any = None, timeout_s: float | None = None,
-                  read: Callable[[http.client.HTTPResponse], None] | None = None) -> tuple[int, bytes]:
+    def _exchange(
+        self,
+        method: str,
+        path: str,
+        payload: Any = None,
+        timeout_s: float | None = None,
+        read: Callable[[http.client.HTTPResponse], None] | None = None,
+    ) -> tuple[int, bytes]:
         """Status and body of one request, whatever the status; bounded in total by its deadline.
         With `read`, a 2xx body is handed to it as it arrives (a stream) and the body returned is empty.
 
@@ -396,8 +445,12 @@ class EngineClient:
         data = json.dumps(payload).encode() if payload is not None else None
         connection = _Connection(*self._address, call)
         try:
-            connection.request(method, self._prefix + path, body=data,
-                               headers={"Content-Type": "application/json"} if data is not None else {})
+            connection.request(
+                method,
+                self._prefix + path,
+                body=data,
+                headers={"Content-Type": "application/json"} if data is not None else {},
+            )
             with connection.getresponse() as response:
                 if read is not None and 200 <= response.status < 300:
                     read(response)
@@ -422,9 +475,14 @@ class EngineClient:
         """The body of a 2xx answer; any other status is an EngineHTTPError carrying it."""
         status, body = self._exchange(method, path, payload, timeout_s)
         if not 200 <= status < 300:
-            raise EngineHTTPError(f"{method} {path} on {self.host}: HTTP {status} {body[:SHOWN_BYTES]!r}", host=self.host,
-                                  status=status, method=method, path=path,
-                                  fix="the server refused the request: its log (`specctl logs`) says why")
+            raise EngineHTTPError(
+                f"{method} {path} on {self.host}: HTTP {status} {body[:SHOWN_BYTES]!r}",
+                host=self.host,
+                status=status,
+                method=method,
+                path=path,
+                fix="the server refused the request: its log (`specctl logs`) says why",
+            )
         return body
 
     def _json(self, method: str, path: str, payload: Any = None, timeout_s: float | None = None) -> tuple[Any, bytes]:
@@ -442,14 +500,27 @@ class EngineClient:
         return self._json(method, path, payload, timeout_s)[0]
 
     def _failed(self, method: str, path: str, reason: str) -> EngineHTTPError:
-        return EngineHTTPError(f"{method} {path} on {self.host}: {reason}", host=self.host, method=method, path=path,
-                               fix=f"check that the server is running and listening on {self.host}")
+        return EngineHTTPError(
+            f"{method} {path} on {self.host}: {reason}",
+            host=self.host,
+            method=method,
+            path=path,
+            fix=f"check that the server is running and listening on {self.host}",
+        )
 
-    def _malformed(self, method: str, path: str, problem: str, received: bytes, status: int | None = None) -> EngineAnswerError:
+    def _malformed(
+        self, method: str, path: str, problem: str, received: bytes, status: int | None = None
+    ) -> EngineAnswerError:
         shown = f"; received {received[:SHOWN_BYTES]!r}" if received or status is not None else ""
-        return EngineAnswerError(f"{method} {path} on {self.host}: {problem}{shown}", host=self.host,
-                                 received=received[:SHOWN_BYTES], status=status, method=method, path=path,
-                                 fix=f"check that {self.host} is the engine's port and serves sglang's API")
+        return EngineAnswerError(
+            f"{method} {path} on {self.host}: {problem}{shown}",
+            host=self.host,
+            received=received[:SHOWN_BYTES],
+            status=status,
+            method=method,
+            path=path,
+            fix=f"check that {self.host} is the engine's port and serves sglang's API",
+        )
 
     def _object(self, method: str, path: str, timeout_s: float | None) -> dict[str, Any]:
         body, raw = self._json(method, path, timeout_s=timeout_s)
@@ -466,13 +537,22 @@ class EngineClient:
         except MalformedBody as exc:
             raise self._malformed(method, path, str(exc), raw, 200) from None
 
-    def generate_stream(self, *, input_ids: Sequence[int], max_new_tokens: int = 128, temperature: float = 0.0,
-                        timeout_s: float | None = None) -> Generation:
+    def generate_stream(
+        self,
+        *,
+        input_ids: Sequence[int],
+        max_new_tokens: int = 128,
+        temperature: float = 0.0,
+        timeout_s: float | None = None,
+    ) -> Generation:
         """A streamed /generate (sglang's server-sent events: one `data: {json}` per decode step, each
         with the cumulative output and meta_info, then `data: [DONE]`). The last chunk's meta_info is
         the answer; the client adds when the first token arrived, so TTFT is measured where users see it."""
-        payload = {"input_ids": list(input_ids), "stream": True,
-                   "sampling_params": {"max_new_tokens": max_new_tokens, "temperature": temperature}}
+        payload = {
+            "input_ids": list(input_ids),
+            "stream": True,
+            "sampling_params": {"max_new_tokens": max_new_tokens, "temperature": temperature},
+        }
         start = time.perf_counter()
         stream = _Stream(start)
         try:
@@ -487,13 +567,24 @@ class EngineClient:
             raise self._malformed("POST", "/generate", str(exc), stream.tail, 200) from None
         return dataclasses.replace(generation, client_first_token_s=stream.first_token_s)
 
-    def _answer_stream(self, method: str, path: str, payload: Any, timeout_s: float | None,
-                       read: Callable[[http.client.HTTPResponse], None]) -> None:
+    def _answer_stream(
+        self,
+        method: str,
+        path: str,
+        payload: Any,
+        timeout_s: float | None,
+        read: Callable[[http.client.HTTPResponse], None],
+    ) -> None:
         status, body = self._exchange(method, path, payload, timeout_s, read=read)
         if not 200 <= status < 300:
-            raise EngineHTTPError(f"{method} {path} on {self.host}: HTTP {status} {body[:SHOWN_BYTES]!r}", host=self.host,
-                                  status=status, method=method, path=path,
-                                  fix="the server refused the request: its log (`specctl logs`) says why")
+            raise EngineHTTPError(
+                f"{method} {path} on {self.host}: HTTP {status} {body[:SHOWN_BYTES]!r}",
+                host=self.host,
+                status=status,
+                method=method,
+                path=path,
+                fix="the server refused the request: its log (`specctl logs`) says why",
+            )
 
     def healthy(self, timeout_s: float = 30.0) -> bool:
         """A real generation answered (`/health_generate` returns 2xx, whatever its body: sglang's is
@@ -515,16 +606,33 @@ class EngineClient:
         """Empty the prefix cache; sglang answers in plain text, so only the status is read."""
         self._answer("POST", "/flush_cache", timeout_s=timeout_s)
 
-    def chat(self, messages: Sequence[Mapping[str, str]], *, max_new_tokens: int = 128, temperature: float = 0.0,
-             timeout_s: float | None = None) -> Generation:
+    def chat(
+        self,
+        messages: Sequence[Mapping[str, str]],
+        *,
+        max_new_tokens: int = 128,
+        temperature: float = 0.0,
+        timeout_s: float | None = None,
+    ) -> Generation:
         """An OpenAI chat request that also asks for sglang's meta_info (`return_meta_info`), so the
         model's own chat template is applied and the speculative counters still come back."""
-        payload = {"messages": [dict(m) for m in messages], "max_tokens": max_new_tokens, "temperature": temperature,
-                   "return_meta_info": True}
+        payload = {
+            "messages": [dict(m) for m in messages],
+            "max_tokens": max_new_tokens,
+            "temperature": temperature,
+            "return_meta_info": True,
+        }
         return self._generation("POST", CHAT_PATH, payload, timeout_s, chat=True)
 
-    def generate(self, *, text: str | None = None, input_ids: Sequence[int] | None = None, max_new_tokens: int = 128,
-                 temperature: float = 0.0, timeout_s: float | None = None) -> Generation:
+    def generate(
+        self,
+        *,
+        text: str | None = None,
+        input_ids: Sequence[int] | None = None,
+        max_new_tokens: int = 128,
+        temperature: float = 0.0,
+        timeout_s: float | None = None,
+    ) -> Generation:
         payload: dict[str, Any] = {"sampling_params": {"max_new_tokens": max_new_tokens, "temperature": temperature}}
         if input_ids is not None:
             payload["input_ids"] = list(input_ids)

@@ -46,8 +46,13 @@ class Standing:
         return self.interval.estimate if self.interval else None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"key": self.key, "interval": self.interval.to_dict() if self.interval else None, "requests": self.requests,
-                "eliminated": self.eliminated, "failed": self.failed}
+        return {
+            "key": self.key,
+            "interval": self.interval.to_dict() if self.interval else None,
+            "requests": self.requests,
+            "eliminated": self.eliminated,
+            "failed": self.failed,
+        }
 
 
 @dataclass
@@ -75,7 +80,11 @@ class Elimination:
 
     def looks_at(self, n: int) -> bool:
         """Whether the candidate's interval is looked at after its n-th request."""
-        return not self.exhaustive and stats.MIN_SAMPLES <= n < self.planned_n and (n - stats.MIN_SAMPLES) % self.batch == 0
+        return (
+            not self.exhaustive
+            and stats.MIN_SAMPLES <= n < self.planned_n
+            and (n - stats.MIN_SAMPLES) % self.batch == 0
+        )
 
     def drops(self, interval: stats.Interval | None) -> bool:
         """Whether a candidate with this interval so far is decided worse than the best."""
@@ -88,8 +97,11 @@ class Elimination:
         the look, where the anytime-valid interval is valid."""
         standing = Standing(key, interval, requests, not self.exhaustive and (dropped or self.drops(interval)))
         self.standings.append(standing)
-        if not standing.eliminated and interval is not None and (
-                self.best is None or self.best.interval is None or interval.estimate > self.best.interval.estimate):
+        if (
+            not standing.eliminated
+            and interval is not None
+            and (self.best is None or self.best.interval is None or interval.estimate > self.best.interval.estimate)
+        ):
             self.best = standing
         return standing
 
@@ -114,9 +126,10 @@ def replay(candidates: Sequence[tuple[str, Pairs]], *, planned_n: int, batch: in
     for key, pairs in candidates:
         used = list(pairs[:planned_n])
 
-        def interval(n: int) -> stats.Interval | None:
-            return stats.ratio_sequence([p[0] for p in used[:n]], [p[1] for p in used[:n]], planned_n=planned_n,
-                                        level=search.level)
+        def interval(n: int, used: Pairs = used) -> stats.Interval | None:
+            return stats.ratio_sequence(
+                [p[0] for p in used[:n]], [p[1] for p in used[:n]], planned_n=planned_n, level=search.level
+            )
 
         n = next((n for n in range(1, len(used)) if search.looks_at(n) and search.drops(interval(n))), len(used))
         search.settle(key, interval(n), n, dropped=n < len(used))

@@ -20,17 +20,32 @@ class Measurement:
 
     def to_dict(self) -> dict[str, object]:
         """Per request what the server reported, compact (for the ledger and `diff`)."""
-        return {"wall_s": round(self.wall_s, 4), "requests": [
-            {"completion_tokens": g.completion_tokens, "spec_verify_ct": g.spec_verify_ct, "spec_accept_length": g.spec_accept_length,
-             "spec_num_correct_drafts": g.spec_num_correct_drafts, "spec_num_proposed_drafts": g.spec_num_proposed_drafts,
-             "e2e_latency": g.e2e_latency_s, "first_token_latency": g.first_token_latency_s,
-             "client_latency": round(g.client_latency_s, 5),
-             **({"client_first_token": round(g.client_first_token_s, 5)} if g.client_first_token_s is not None else {})}
-            for g in self.generations]}
+        return {
+            "wall_s": round(self.wall_s, 4),
+            "requests": [
+                {
+                    "completion_tokens": g.completion_tokens,
+                    "spec_verify_ct": g.spec_verify_ct,
+                    "spec_accept_length": g.spec_accept_length,
+                    "spec_num_correct_drafts": g.spec_num_correct_drafts,
+                    "spec_num_proposed_drafts": g.spec_num_proposed_drafts,
+                    "e2e_latency": g.e2e_latency_s,
+                    "first_token_latency": g.first_token_latency_s,
+                    "client_latency": round(g.client_latency_s, 5),
+                    **(
+                        {"client_first_token": round(g.client_first_token_s, 5)}
+                        if g.client_first_token_s is not None
+                        else {}
+                    ),
+                }
+                for g in self.generations
+            ],
+        }
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Measurement:
         """The inverse of to_dict (a baseline read back from the ledger)."""
+
         def one(r: Mapping[str, Any]) -> Generation:
             g = parse_generate({"meta_info": {**r, "finish_reason": None}}, float(r.get("client_latency") or 0.0))
             first = r.get("client_first_token")
@@ -79,14 +94,18 @@ class Prompts:
         """Request `i` streamed from the native /generate (which needs the rendered ids)."""
         if self.input_ids is None:
             raise ValueError("streaming needs the prompts rendered into ids (verify renders them on the host)")
-        return client.generate_stream(input_ids=self.input_ids[i % len(self.input_ids)], max_new_tokens=max_new_tokens,
-                                      temperature=temperature)
+        return client.generate_stream(
+            input_ids=self.input_ids[i % len(self.input_ids)], max_new_tokens=max_new_tokens, temperature=temperature
+        )
 
     def send(self, client: EngineClient, i: int, *, max_new_tokens: int, temperature: float) -> Generation:
         """Request `i` of the workload (cycling through it)."""
         if self.input_ids is not None:
-            return client.generate(input_ids=self.input_ids[i % len(self.input_ids)], max_new_tokens=max_new_tokens,
-                                   temperature=temperature)
+            return client.generate(
+                input_ids=self.input_ids[i % len(self.input_ids)],
+                max_new_tokens=max_new_tokens,
+                temperature=temperature,
+            )
         requests = self.workload.requests
         return client.chat(requests[i % len(requests)], max_new_tokens=max_new_tokens, temperature=temperature)
 
@@ -96,11 +115,20 @@ def warm_up(client: EngineClient, prompts: Prompts, *, max_new_tokens: int, temp
     prompts.send(client, 0, max_new_tokens=min(8, max_new_tokens), temperature=temperature)
 
 
-def measure(client: EngineClient, prompts: Prompts, *, requests: int, max_new_tokens: int, temperature: float = 0.0,
-            concurrency: int = 1, request_rate: float | None = None, stream: bool = False,
-            on_request: Callable[[int, Generation], None] = lambda i, g: None,
-            enough: Callable[[Measurement], bool] = lambda m: False,
-            cancelled: Callable[[], bool] | None = None) -> Measurement:
+def measure(
+    client: EngineClient,
+    prompts: Prompts,
+    *,
+    requests: int,
+    max_new_tokens: int,
+    temperature: float = 0.0,
+    concurrency: int = 1,
+    request_rate: float | None = None,
+    stream: bool = False,
+    on_request: Callable[[int, Generation], None] = lambda i, g: None,
+    enough: Callable[[Measurement], bool] = lambda m: False,
+    cancelled: Callable[[], bool] | None = None,
+) -> Measurement:
     """Send up to `requests` requests of the workload (cycling through it), at most `concurrency` in
     flight, started no faster than `request_rate` per second on average (Poisson arrivals, seeded,
     so every run sends the same schedule); stop starting new ones when `enough` says the requests so
@@ -134,7 +162,7 @@ def measure(client: EngineClient, prompts: Prompts, *, requests: int, max_new_to
                 time.sleep(wait)
             try:
                 generation = send(i)
-            except BaseException as exc:  # handed to the caller: the first failure ends the measurement
+            except BaseException as exc:  # noqa: BLE001 - handed to the caller: the first failure ends the measurement
                 with lock:
                     failures.append(exc)
                 return
@@ -147,7 +175,9 @@ def measure(client: EngineClient, prompts: Prompts, *, requests: int, max_new_to
     if concurrency <= 1:
         worker()
     else:
-        threads = [threading.Thread(target=worker, name=f"request {n}", daemon=True) for n in range(min(concurrency, requests))]
+        threads = [
+            threading.Thread(target=worker, name=f"request {n}", daemon=True) for n in range(min(concurrency, requests))
+        ]
         for thread in threads:
             thread.start()
         for thread in threads:

@@ -34,8 +34,12 @@ class PointResult:
     stopped_early: bool
 
     def to_dict(self) -> dict[str, Any]:
-        return {"concurrency": self.concurrency, "gates": [g.to_dict() for g in self.gates], "summary": self.summary,
-                "stopped_early": self.stopped_early}
+        return {
+            "concurrency": self.concurrency,
+            "gates": [g.to_dict() for g in self.gates],
+            "summary": self.summary,
+            "stopped_early": self.stopped_early,
+        }
 
 
 def point_level(points: int) -> float:
@@ -44,14 +48,25 @@ def point_level(points: int) -> float:
 
 
 def gate_spec(v: Verify, concurrency: int) -> gate.GateSpec:
-    return gate.GateSpec(v.threshold("min_accept_length", concurrency), v.threshold("min_speedup", concurrency),
-                         v.threshold("max_ttft_s", concurrency))
+    return gate.GateSpec(
+        v.threshold("min_accept_length", concurrency),
+        v.threshold("min_speedup", concurrency),
+        v.threshold("max_ttft_s", concurrency),
+    )
 
 
-def measure_points(client: EngineClient, prompts: Prompts, v: Verify, *, baseline: Baseline | None = None,
-                   gated: bool = True, eagle_topk: int | None = None, no_counters: str = gate.NO_COUNTERS,
-                   progress: Callable[[str], None] = lambda text: None,
-                   cancelled: Callable[[], bool] | None = None) -> list[PointResult]:
+def measure_points(
+    client: EngineClient,
+    prompts: Prompts,
+    v: Verify,
+    *,
+    baseline: Baseline | None = None,
+    gated: bool = True,
+    eagle_topk: int | None = None,
+    no_counters: str = gate.NO_COUNTERS,
+    progress: Callable[[str], None] = lambda text: None,
+    cancelled: Callable[[], bool] | None = None,
+) -> list[PointResult]:
     """Measure every operating point of `v` in turn (ascending concurrency); `gated` False measures
     without gates (a baseline)."""
     level = point_level(len(v.points))
@@ -65,21 +80,40 @@ def measure_points(client: EngineClient, prompts: Prompts, v: Verify, *, baselin
         def decided(m: Measurement, spec: gate.GateSpec = spec, base: Measurement | None = base) -> bool:
             if len(m.generations) < stats.MIN_SAMPLES:
                 return False
-            found = gate.evaluate(spec, m, base, sequential=True, planned_n=v.requests, no_counters=no_counters, level=level)
+            found = gate.evaluate(
+                spec, m, base, sequential=True, planned_n=v.requests, no_counters=no_counters, level=level
+            )
             return bool(found) and gate.all_decided(found)
 
         def shown(i: int, g: Generation, where: str = where) -> None:
             progress(f"{where}request {i + 1}/{v.requests}")
 
-        m = measure(client, prompts, requests=v.requests, max_new_tokens=v.max_new_tokens, temperature=v.temperature,
-                    concurrency=c, request_rate=v.request_rate, stream=v.stream, on_request=shown, enough=decided,
-                    cancelled=cancelled)
+        m = measure(
+            client,
+            prompts,
+            requests=v.requests,
+            max_new_tokens=v.max_new_tokens,
+            temperature=v.temperature,
+            concurrency=c,
+            request_rate=v.request_rate,
+            stream=v.stream,
+            on_request=shown,
+            enough=decided,
+            cancelled=cancelled,
+        )
         stopped = len(m.generations) < v.requests
-        found = gate.evaluate(spec, m, base, sequential=stopped, planned_n=v.requests, no_counters=no_counters, level=level)
-        summary = {"concurrency": c, **summarize(m, base, sequential=stopped, planned_n=v.requests, eagle_topk=eagle_topk,
-                                                 level=level)}
-        results.append(PointResult(c, m, tuple(dataclasses.replace(g, concurrency=c) if several else g for g in found),
-                                   summary, stopped))
+        found = gate.evaluate(
+            spec, m, base, sequential=stopped, planned_n=v.requests, no_counters=no_counters, level=level
+        )
+        summary = {
+            "concurrency": c,
+            **summarize(m, base, sequential=stopped, planned_n=v.requests, eagle_topk=eagle_topk, level=level),
+        }
+        results.append(
+            PointResult(
+                c, m, tuple(dataclasses.replace(g, concurrency=c) if several else g for g in found), summary, stopped
+            )
+        )
     return results
 
 
@@ -100,6 +134,14 @@ def baseline_rows(host: str, run_id: str, baseline: Baseline) -> list[dict[str, 
     rows = []
     for c, m in sorted(baseline.items()):
         tput = gate.throughput(m)
-        rows.append({"host": host, "run": run_id, "concurrency": c, "requests": len(m.generations),
-                     "output_tokens_per_s": tput.to_dict() if tput else None, "wall_tokens_per_s": round(m.wall_tokens_per_s, 2)})
+        rows.append(
+            {
+                "host": host,
+                "run": run_id,
+                "concurrency": c,
+                "requests": len(m.generations),
+                "output_tokens_per_s": tput.to_dict() if tput else None,
+                "wall_tokens_per_s": round(m.wall_tokens_per_s, 2),
+            }
+        )
     return rows

@@ -121,8 +121,9 @@ def sequence_radius(sd: float, n: int, alpha: float, rho: float) -> float:
     return sd * math.sqrt(2 * a / (n * n * rho * rho) * math.log(math.sqrt(a) / alpha))
 
 
-def ratio_sequence(numerators: Sequence[float], denominators: Sequence[float], *, planned_n: int,
-                   level: float = LEVEL) -> Interval | None:
+def ratio_sequence(
+    numerators: Sequence[float], denominators: Sequence[float], *, planned_n: int, level: float = LEVEL
+) -> Interval | None:
     """Anytime-valid interval of Σ numerators / Σ denominators (valid at every n, with optional stopping)."""
     if len(numerators) < MIN_SAMPLES:
         return None
@@ -135,8 +136,9 @@ def ratio_sequence(numerators: Sequence[float], denominators: Sequence[float], *
     return Interval(ratio, ratio - half, ratio + half, n, "sequential")
 
 
-def proportion_sequence(successes: Sequence[float], trials: Sequence[float], *, planned_n: int,
-                        level: float = LEVEL) -> Interval | None:
+def proportion_sequence(
+    successes: Sequence[float], trials: Sequence[float], *, planned_n: int, level: float = LEVEL
+) -> Interval | None:
     """Anytime-valid interval of Σ successes / Σ trials, inside [0, 1]: the sequence's radius
     taken on the logit scale (as `proportion_interval` takes the fixed one)."""
     if len(successes) < MIN_SAMPLES:
@@ -145,7 +147,9 @@ def proportion_sequence(successes: Sequence[float], trials: Sequence[float], *, 
     alpha = 1 - level
     studentize = t_quantile(1 - alpha / 2, n - 1) / NormalDist().inv_cdf(1 - alpha / 2)
     # the radius is proportional to the spread: its multiplier of the standard error, at unit spread
-    multiplier = studentize * sequence_radius(1.0, n, alpha, mixture_rho(alpha, max(planned_n, MIN_SAMPLES))) * math.sqrt(n)
+    multiplier = (
+        studentize * sequence_radius(1.0, n, alpha, mixture_rho(alpha, max(planned_n, MIN_SAMPLES))) * math.sqrt(n)
+    )
     low, high = _unit_bounds(ratio, sd / math.sqrt(n), multiplier, sum(trials))
     return Interval(ratio, low, high, n, "sequential")
 

@@ -16,9 +16,17 @@ from specctl.verdict import stats
 from specctl.verdict.measure import Measurement
 
 
-def summarize(m: Measurement, baseline: Measurement | None, *, sequential: bool, planned_n: int,
-              eagle_topk: int | None = None, level: float = stats.LEVEL) -> dict[str, Any]:
+def summarize(
+    m: Measurement,
+    baseline: Measurement | None,
+    *,
+    sequential: bool,
+    planned_n: int,
+    eagle_topk: int | None = None,
+    level: float = stats.LEVEL,
+) -> dict[str, Any]:
     """The measured values people read first, each with its interval (at `level`) where it has one."""
+
     def show(interval: stats.Interval | None) -> dict[str, Any] | None:
         return interval.to_dict() if interval else None
 
@@ -26,7 +34,9 @@ def summarize(m: Measurement, baseline: Measurement | None, *, sequential: bool,
         return show(measure(*args, sequential=sequential, planned_n=planned_n, level=level))
 
     return {
-        "requests": len(m.generations), "completion_tokens": m.completion_tokens, "wall_s": round(m.wall_s, 3),
+        "requests": len(m.generations),
+        "completion_tokens": m.completion_tokens,
+        "wall_s": round(m.wall_s, 3),
         "wall_tokens_per_s": round(m.wall_tokens_per_s, 2),
         "accept_length": at(gate.accept_length, m),
         "acceptance_rate": at(gate.acceptance_rate, m),
@@ -53,5 +63,9 @@ def current(summary: dict[str, Any]) -> dict[str, Any]:
     as `decode_tokens_per_s` (and `output_tokens_per_s` held the wall-clock rate)."""
     if "wall_tokens_per_s" in summary or not summary:
         return summary
-    return {**summary, "wall_tokens_per_s": summary.get("output_tokens_per_s"),
-            "output_tokens_per_s": summary.get("decode_tokens_per_s"), "decode_tokens_per_s": None}
+    return {
+        **summary,
+        "wall_tokens_per_s": summary.get("output_tokens_per_s"),
+        "output_tokens_per_s": summary.get("decode_tokens_per_s"),
+        "decode_tokens_per_s": None,
+    }

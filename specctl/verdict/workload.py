@@ -12,7 +12,7 @@ from specctl.profile._files import MAX_WORKLOAD_BYTES, read_bounded, refusal
 from specctl.profile._yaml import printable
 
 BUILTIN = Path(__file__).parent / "workloads"
-FORMAT_FIX = "write one JSON object per line: {\"messages\": [{\"role\": \"user\", \"content\": \"...\"}]}"
+FORMAT_FIX = 'write one JSON object per line: {"messages": [{"role": "user", "content": "..."}]}'
 
 
 @dataclass(frozen=True)
@@ -43,8 +43,10 @@ def load_workload(name_or_path: str, base: Path | None = None) -> Workload:
     shown = printable(str(path))
     found = refusal(path, MAX_WORKLOAD_BYTES)
     if found is not None and found.missing:
-        raise InputError(f"workload {name_or_path!r} is neither built in nor a file (looked at {shown})",
-                         fix=f"use one of {', '.join(builtin_names())} or a JSONL file of {{\"messages\": [...]}} lines")
+        raise InputError(
+            f"workload {name_or_path!r} is neither built in nor a file (looked at {shown})",
+            fix=f'use one of {", ".join(builtin_names())} or a JSONL file of {{"messages": [...]}} lines',
+        )
     if found is not None:
         raise InputError(f"workload {name_or_path!r}: {shown} {found.message}", fix=found.fix)
     return parse_workload(name_or_path, read_bounded(path, MAX_WORKLOAD_BYTES), str(path))
@@ -56,8 +58,9 @@ def parse_workload(name: str, raw: bytes, source: str | None = None) -> Workload
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise InputError(f"{where}: not UTF-8 text (byte {exc.start}): a workload is a JSONL text file",
-                         fix=FORMAT_FIX) from None
+        raise InputError(
+            f"{where}: not UTF-8 text (byte {exc.start}): a workload is a JSONL text file", fix=FORMAT_FIX
+        ) from None
     requests = []
     for number, line in enumerate(text.splitlines(), 1):
         if not line.strip():
@@ -66,10 +69,10 @@ def parse_workload(name: str, raw: bytes, source: str | None = None) -> Workload
             messages = json.loads(line)["messages"]
             request = tuple({"role": str(m["role"]), "content": str(m["content"])} for m in messages)
         except (ValueError, KeyError, TypeError, IndexError, RecursionError):
-            raise InputError(f"{where}:{number}: not a {{\"messages\": [...]}} line", fix=FORMAT_FIX) from None
+            raise InputError(f'{where}:{number}: not a {{"messages": [...]}} line', fix=FORMAT_FIX) from None
         if not request:
             raise InputError(f"{where}:{number}: a request without messages", fix=FORMAT_FIX)
         requests.append(request)
     if not requests:
-        raise InputError(f"{where}: the workload has no requests", fix="add one {\"messages\": [...]} line per request")
+        raise InputError(f"{where}: the workload has no requests", fix='add one {"messages": [...]} line per request')
     return Workload(name, hashlib.sha256(raw).hexdigest(), tuple(requests), raw)

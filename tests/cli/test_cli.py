@@ -70,13 +70,20 @@ def test_validate(cli: Any, tmp_path: Path) -> None:
     files = [str(p) for p in sorted((ROOT / "profiles").glob("*.yaml")) + sorted((ROOT / "manifests").glob("*.yaml"))]
     assert cli("validate", *files).code == 0
     bad = tmp_path / "bad.yaml"
-    bad.write_text((ROOT / "profiles" / "qwen3-8b-rtx.yaml").read_text().replace("gpus_per_node: 1", "gpus_per_nodes: 1"))
+    bad.write_text(
+        (ROOT / "profiles" / "qwen3-8b-rtx.yaml").read_text().replace("gpus_per_node: 1", "gpus_per_nodes: 1")
+    )
     result = cli("validate", str(bad))
     assert result.code == 2
-    assert f"{bad}:22:3: hardware.gpus_per_nodes: unknown key" in result.stderr and "did you mean 'gpus_per_node'" in result.stderr
+    assert (
+        f"{bad}:22:3: hardware.gpus_per_nodes: unknown key" in result.stderr
+        and "did you mean 'gpus_per_node'" in result.stderr
+    )
     data = cli("validate", "--json", str(bad)).json()
     assert data["ok"] is False and {(p["field"], p["line"]) for p in data["files"][0]["problems"]} == {
-        ("hardware.gpus_per_node", 20), ("hardware.gpus_per_nodes", 22)}
+        ("hardware.gpus_per_node", 20),
+        ("hardware.gpus_per_nodes", 22),
+    }
 
 
 def test_missing_profile_is_bad_input(cli: Any, tmp_path: Path) -> None:
@@ -97,8 +104,12 @@ def test_a_start_up_failure_prints_the_log_lines_its_hint_names() -> None:
     from specctl.cli._output import Output
     from specctl.release.readiness import StartupFailed
 
-    failure = StartupFailed("h0: the server exited during start-up", host="h0", log=["loading", "ValueError: capture 9"],
-                            fix="read the server log lines shown with this error")
+    failure = StartupFailed(
+        "h0: the server exited during start-up",
+        host="h0",
+        log=["loading", "ValueError: capture 9"],
+        fix="read the server log lines shown with this error",
+    )
     failure.add_note("undoing stop-previous failed: h0: cannot connect")
     err = io.StringIO()
     code = report(failure, Output(stdout=io.StringIO(), stderr=err, environ={"NO_COLOR": "1", "COLUMNS": "200"}))

@@ -42,10 +42,13 @@ def test_json_is_one_object_per_line(cli: Any, served: dict[str, Any]) -> None:
         result = cli(*args, served["profile"], "-n", "3", *served["common"])
         assert result.code == 0
         assert [json.loads(line) for line in result.stdout.splitlines()] == [
-            {"host": "local", "line": f"line {i}"} for i in (3, 4, 5)]
+            {"host": "local", "line": f"line {i}"} for i in (3, 4, 5)
+        ]
 
 
-def test_follow_reads_only_what_the_file_gained(cli: Any, served: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
+def test_follow_reads_only_what_the_file_gained(
+    cli: Any, served: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
     from specctl.cli import hosts_cmds
     from specctl.hosts import local
 
@@ -62,12 +65,14 @@ def test_follow_reads_only_what_the_file_gained(cli: Any, served: dict[str, Any]
             out.write(text)
 
     monkeypatch.setattr(local, "_run", recording)
-    grows = iter([
-        lambda: append("line 6\nhalf of line"),    # a partial line waits for its end
-        lambda: append(" 7\n"),
-        lambda: log.write_text("restarted\n"),    # replaced by a shorter file: read from its start
-        lambda: None,
-    ])
+    grows = iter(
+        [
+            lambda: append("line 6\nhalf of line"),  # a partial line waits for its end
+            lambda: append(" 7\n"),
+            lambda: log.write_text("restarted\n"),  # replaced by a shorter file: read from its start
+            lambda: None,
+        ]
+    )
 
     def pause() -> None:
         step = next(grows, None)

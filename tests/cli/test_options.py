@@ -30,13 +30,18 @@ def test_the_command_map_names_every_command_and_each_narrow_app_holds_its_comma
         assert command in narrow and len(narrow) < len(every)
 
 
-@pytest.mark.parametrize(("args", "command"), [
-    (["check", "p.yaml"], "check"),
-    (["--json", "-i", "hosts.yaml", "--ledger", "l.db", "deploy", "p.yaml"], "deploy"),
-    (["--inventory=hosts.yaml", "runs"], "runs"),
-    (["-i", "check", "status"], "status"),  # "check" is the inventory's file name here
-    (["--help"], None), (["chekc", "p.yaml"], None), ([], None),
-])
+@pytest.mark.parametrize(
+    ("args", "command"),
+    [
+        (["check", "p.yaml"], "check"),
+        (["--json", "-i", "hosts.yaml", "--ledger", "l.db", "deploy", "p.yaml"], "deploy"),
+        (["--inventory=hosts.yaml", "runs"], "runs"),
+        (["-i", "check", "status"], "status"),  # "check" is the inventory's file name here
+        (["--help"], None),
+        (["chekc", "p.yaml"], None),
+        ([], None),
+    ],
+)
 def test_the_named_command_skips_the_roots_options(args: list[str], command: str | None) -> None:
     assert named_command(args) == command
 
@@ -65,7 +70,9 @@ def test_hosts_are_named_one_way(command: str) -> None:
     assert "--hosts" in options and "--host" in options and options["--hosts"] is options["--host"]
 
 
-def test_the_ledger_may_be_named_before_or_after_the_command(cli: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_ledger_may_be_named_before_or_after_the_command(
+    cli: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from specctl.ledger.ledger import Ledger
 
     first, second = tmp_path / "a.db", tmp_path / "b.db"
@@ -80,7 +87,9 @@ def test_the_ledger_may_be_named_before_or_after_the_command(cli: Any, tmp_path:
         return [r["id"] for r in result.json()["runs"]]
 
     assert ids("--ledger", str(first), "runs") == ids("runs", "--ledger", str(first)) == ids_a
-    assert ids("--ledger", str(first), "runs", "--ledger", str(second)) == ["20261130T000000Z-b0b0b0"]  # the command's own wins
+    assert ids("--ledger", str(first), "runs", "--ledger", str(second)) == [
+        "20261130T000000Z-b0b0b0"
+    ]  # the command's own wins
     monkeypatch.setenv("SPECCTL_LEDGER", str(second))
     assert ids("runs") == ["20261130T000000Z-b0b0b0"]
     assert ids("--ledger", str(first), "runs") == ids_a  # typed beats the environment
@@ -90,7 +99,11 @@ def test_the_ledger_may_be_named_before_or_after_the_command(cli: Any, tmp_path:
 def test_the_inventory_may_be_named_before_the_command(cli: Any, tmp_path: Path) -> None:
     inventory = tmp_path / "hosts.yaml"
     inventory.write_text("apiVersion: specctl/v1\nkind: Inventory\nhosts:\n  gpu-a: {ssh: a}\n  gpu-b: {ssh: b}\n")
-    for args in (["--inventory", str(inventory), "hosts"], ["-i", str(inventory), "hosts"], ["hosts", "--inventory", str(inventory)]):
+    for args in (
+        ["--inventory", str(inventory), "hosts"],
+        ["-i", str(inventory), "hosts"],
+        ["hosts", "--inventory", str(inventory)],
+    ):
         result = cli("--json", *args)
         assert result.code == 0, result.stderr
         assert [h["name"] for h in result.json()["hosts"]] == ["gpu-a", "gpu-b"]
@@ -116,7 +129,9 @@ def test_root_options_reach_every_command_that_takes_them() -> None:
 
 
 @pytest.mark.parametrize("command", ["deploy", "verify"])
-def test_a_baseline_typo_fails_before_anything_is_read(cli: Any, command: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+def test_a_baseline_typo_fails_before_anything_is_read(
+    cli: Any, command: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     from specctl.flows import static
 
     def never(*args: Any, **kwargs: Any) -> Any:
@@ -125,7 +140,9 @@ def test_a_baseline_typo_fails_before_anything_is_read(cli: Any, command: str, m
     monkeypatch.setattr(static, "check", never)
     result = cli(command, str(tmp_path / "p.yaml"), "--baseline", "autoo")
     assert result.code == 2
-    assert "autoo" in result.stderr and "auto" in result.stderr and "ledger" in result.stderr and "skip" in result.stderr
+    assert (
+        "autoo" in result.stderr and "auto" in result.stderr and "ledger" in result.stderr and "skip" in result.stderr
+    )
 
 
 def test_the_baseline_choices_are_the_flows_modes() -> None:

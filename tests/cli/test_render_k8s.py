@@ -27,7 +27,9 @@ def test_yaml_and_json_carry_the_same_objects(cli: Any, hub_env: Path) -> None:
     assert cli("render", KIMI, "--target", "k8s", "--json").json() == objects
     assert cli("--json", "render", KIMI, "--target", "k8s").json() == objects
     pod = objects[1]["spec"]["template"]["spec"]
-    assert pod["containers"][0]["image"] == "lmsysorg/sglang:v0.5.23"  # the engine's own image for the profile's version
+    assert (
+        pod["containers"][0]["image"] == "lmsysorg/sglang:v0.5.23"
+    )  # the engine's own image for the profile's version
     # the stage init container runs the program a deploy runs on a host, from the ConfigMap
     assert objects[0]["data"]["stage.py"] == STAGE_SCRIPT
     assert [c["name"] for c in pod["initContainers"]] == ["stage", "materialise"]
@@ -37,13 +39,35 @@ def test_yaml_and_json_carry_the_same_objects(cli: Any, hub_env: Path) -> None:
 
 
 def test_options_reach_the_objects(cli: Any, hub_env: Path) -> None:
-    result = cli("render", KIMI, "--target", "k8s", "--json", "--image", "my.registry/sglang:0.5.23-cu130", "--name", "kimi",
-                 "-n", "llm", "--secret-name", "hub", "--model-pvc", "weights", "--model-mount", "/models",
-                 "--image-python", "/usr/bin/python3")
+    result = cli(
+        "render",
+        KIMI,
+        "--target",
+        "k8s",
+        "--json",
+        "--image",
+        "my.registry/sglang:0.5.23-cu130",
+        "--name",
+        "kimi",
+        "-n",
+        "llm",
+        "--secret-name",
+        "hub",
+        "--model-pvc",
+        "weights",
+        "--model-mount",
+        "/models",
+        "--image-python",
+        "/usr/bin/python3",
+    )
     assert result.code == 0, result.stderr
     configmap, deployment, service = result.json()
     assert {o["metadata"]["namespace"] for o in (configmap, deployment, service)} == {"llm"}
-    assert (configmap["metadata"]["name"], deployment["metadata"]["name"], service["metadata"]["name"]) == ("kimi-files", "kimi", "kimi-api")
+    assert (configmap["metadata"]["name"], deployment["metadata"]["name"], service["metadata"]["name"]) == (
+        "kimi-files",
+        "kimi",
+        "kimi-api",
+    )
     pod = deployment["spec"]["template"]["spec"]
     server = pod["containers"][0]
     assert server["image"] == "my.registry/sglang:0.5.23-cu130" and server["command"][0] == "/usr/bin/python3"
@@ -66,7 +90,11 @@ def test_check_errors_refuse_unless_forced(cli: Any, hub_env: Path) -> None:
     assert forced.code == 0, forced.stderr
     configmap, deployment, _ = forced.json()
     # what the profile says is served, and the annotation shows what it captures: nothing the drafter was trained on
-    assert json.loads(configmap["data"]["drafter-config.json"])["eagle_config"]["eagle_aux_hidden_state_layer_ids"] == [-1, 2, 30]
+    assert json.loads(configmap["data"]["drafter-config.json"])["eagle_config"]["eagle_aux_hidden_state_layer_ids"] == [
+        -1,
+        2,
+        30,
+    ]
     assert deployment["metadata"]["annotations"]["specctl/capture-ids"] == "[-1, 2, 30]"
 
 
@@ -100,11 +128,29 @@ def test_a_multi_node_profile_needs_no_hosts_on_kubernetes(cli: Any, tmp_path: P
     assert [o["kind"] for o in result.json()] == ["LeaderWorkerSet", "Service"]  # local checkpoints: nothing to stage
 
 
-def test_a_kubernetes_inventory_entry_supplies_the_options_and_flags_override_it(cli: Any, hub_env: Path, tmp_path: Path) -> None:
+def test_a_kubernetes_inventory_entry_supplies_the_options_and_flags_override_it(
+    cli: Any, hub_env: Path, tmp_path: Path
+) -> None:
     inventory = tmp_path / "hosts.yaml"
-    inventory.write_text(yaml.safe_dump({"apiVersion": "specctl/v1", "kind": "Inventory", "clusters": {
-        "gke": {"kind": "kubernetes", "namespace": "llm", "image": "my.registry/sglang:1", "model_pvc": "weights"}}}))
-    result = cli("render", KIMI, "--target", "k8s", "--json", "--cluster", "gke", "--inventory", str(inventory), "-n", "other")
+    inventory.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "specctl/v1",
+                "kind": "Inventory",
+                "clusters": {
+                    "gke": {
+                        "kind": "kubernetes",
+                        "namespace": "llm",
+                        "image": "my.registry/sglang:1",
+                        "model_pvc": "weights",
+                    }
+                },
+            }
+        )
+    )
+    result = cli(
+        "render", KIMI, "--target", "k8s", "--json", "--cluster", "gke", "--inventory", str(inventory), "-n", "other"
+    )
     assert result.code == 0, result.stderr
     _, deployment, _ = result.json()
     assert deployment["metadata"]["namespace"] == "other"  # the flag wins

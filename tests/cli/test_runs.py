@@ -13,17 +13,30 @@ from specctl.ledger.ledger import Ledger
 
 
 def _summary(accept: float | None, rate: float | None, tput: float) -> dict[str, Any]:
-    return {"summary": {"accept_length": {"estimate": accept} if accept else None,
-                        "acceptance_rate": {"estimate": rate} if rate else None,
-                        "output_tokens_per_s": {"estimate": tput}, "wall_tokens_per_s": tput * 0.9}}
+    return {
+        "summary": {
+            "accept_length": {"estimate": accept} if accept else None,
+            "acceptance_rate": {"estimate": rate} if rate else None,
+            "output_tokens_per_s": {"estimate": tput},
+            "wall_tokens_per_s": tput * 0.9,
+        }
+    }
 
 
 def test_a_summary_recorded_before_the_rename_reads_in_todays_words() -> None:
     from specctl.verdict.summary import current
 
-    old = {"accept_length": {"estimate": 3.5}, "decode_tokens_per_s": {"estimate": 1150.0}, "output_tokens_per_s": 1001.2}
-    assert current(old) == {"accept_length": {"estimate": 3.5}, "output_tokens_per_s": {"estimate": 1150.0},
-                            "wall_tokens_per_s": 1001.2, "decode_tokens_per_s": None}
+    old = {
+        "accept_length": {"estimate": 3.5},
+        "decode_tokens_per_s": {"estimate": 1150.0},
+        "output_tokens_per_s": 1001.2,
+    }
+    assert current(old) == {
+        "accept_length": {"estimate": 3.5},
+        "output_tokens_per_s": {"estimate": 1150.0},
+        "wall_tokens_per_s": 1001.2,
+        "decode_tokens_per_s": None,
+    }
 
 
 def seed_story(path: Path) -> list[str]:
@@ -31,19 +44,31 @@ def seed_story(path: Path) -> list[str]:
     started 3 h, 1 h, 20 min, 19 min and 5 s ago, on host `gpu-node-07` of group `fleet`."""
     book, now = Ledger(path), datetime.now(UTC)
     ago = [timedelta(hours=3), timedelta(hours=1), timedelta(minutes=20), timedelta(minutes=19), timedelta(seconds=5)]
-    story = [("deploy", 1, "succeeded", True, _summary(3.57, 0.84, 1172.4)), ("baseline", 1, "succeeded", True, _summary(None, None, 1004.2)),
-             ("deploy", 2, "failed", False, _summary(1.92, 0.31, 726.0)), ("rollback", 1, "succeeded", True, _summary(3.55, 0.84, 1150.0)),
-             ("unlock", 1, "succeeded", None, None)]
+    story = [
+        ("deploy", 1, "succeeded", True, _summary(3.57, 0.84, 1172.4)),
+        ("baseline", 1, "succeeded", True, _summary(None, None, 1004.2)),
+        ("deploy", 2, "failed", False, _summary(1.92, 0.31, 726.0)),
+        ("rollback", 1, "succeeded", True, _summary(3.55, 0.84, 1150.0)),
+        ("unlock", 1, "succeeded", None, None),
+    ]
     ids: list[str] = []
     for (kind, version, status, passed, verdict), back in zip(story, ago, strict=True):
         started = now - back
         run_id = started.strftime("%Y%m%dT%H%M%SZ") + f"-{len(ids):x}5e9a{len(ids) + 1:x}"
-        book.begin(run_id, kind, command="specctl x", profile={"metadata": {"name": "tiny-llama-demo", "version": version}},
-                   hosts=["gpu-node-07"], parent=ids[2] if kind == "rollback" else None)
+        book.begin(
+            run_id,
+            kind,
+            command="specctl x",
+            profile={"metadata": {"name": "tiny-llama-demo", "version": version}},
+            hosts=["gpu-node-07"],
+            parent=ids[2] if kind == "rollback" else None,
+        )
         if verdict:
             book.record_host(run_id, "gpu-node-07", verdict=verdict, passed=passed)
         book.finish(run_id, status, verdict=None if passed is None else {"passed": passed})
-        book.db.execute("UPDATE runs SET started_at = ? WHERE id = ?", (started.strftime("%Y-%m-%dT%H:%M:%S.%fZ"), run_id))
+        book.db.execute(
+            "UPDATE runs SET started_at = ? WHERE id = ?", (started.strftime("%Y-%m-%dT%H:%M:%S.%fZ"), run_id)
+        )
         ids.append(run_id)
     book.close()
     return ids
@@ -55,7 +80,9 @@ def ledger(tmp_path: Path) -> tuple[str, list[str]]:
     return str(path), seed_story(path)
 
 
-def test_runs_fit_80_columns_without_cutting_a_cell(cli: Any, ledger: tuple[str, list[str]], monkeypatch: pytest.MonkeyPatch) -> None:
+def test_runs_fit_80_columns_without_cutting_a_cell(
+    cli: Any, ledger: tuple[str, list[str]], monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("COLUMNS", "80")
     path, ids = ledger
     result = cli("runs", "--ledger", path)
@@ -65,7 +92,7 @@ def test_runs_fit_80_columns_without_cutting_a_cell(cli: Any, ledger: tuple[str,
     assert lines[0].startswith(f"runs ({path[:40]}")  # the ledger read, on a line of its own
     start = next(i for i, line in enumerate(lines) if line.startswith("run "))
     assert lines[start].split() == ["run", "when", "kind", "profile", "result", "accept", "tok/s"]
-    rows = [line.split() for line in lines[start + 1:]]
+    rows = [line.split() for line in lines[start + 1 :]]
     assert [r[0] for r in rows] == [i[-6:] for i in ids]  # short ids: the random suffix
     assert rows[0][1:4] == ["3", "h", "ago"] and rows[2][1:4] == ["20", "min", "ago"] and rows[4][2:4] == ["s", "ago"]
     assert " ".join(rows[3][4:]) == f"rollback ← {ids[2][-6:]} tiny-llama-demo v1 pass 3.55 1150"
@@ -74,7 +101,9 @@ def test_runs_fit_80_columns_without_cutting_a_cell(cli: Any, ledger: tuple[str,
     assert " ".join(rows[4][4:]) == "unlock tiny-llama-demo v1 ok - -"
 
 
-def test_narrower_still_drops_columns_before_cutting(cli: Any, ledger: tuple[str, list[str]], monkeypatch: pytest.MonkeyPatch) -> None:
+def test_narrower_still_drops_columns_before_cutting(
+    cli: Any, ledger: tuple[str, list[str]], monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("COLUMNS", "60")
     result = cli("runs", "--ledger", ledger[0])
     header = next(line for line in result.stdout.splitlines() if line.startswith("run ")).split()
@@ -82,7 +111,9 @@ def test_narrower_still_drops_columns_before_cutting(cli: Any, ledger: tuple[str
     assert "…" not in result.stdout
 
 
-def test_wide_shows_every_column_and_whole_ids(cli: Any, ledger: tuple[str, list[str]], monkeypatch: pytest.MonkeyPatch) -> None:
+def test_wide_shows_every_column_and_whole_ids(
+    cli: Any, ledger: tuple[str, list[str]], monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("COLUMNS", "80")
     path, ids = ledger
     for flag in ("-o", "--output"):
@@ -125,14 +156,21 @@ def test_runs_filters(cli: Any, ledger: tuple[str, list[str]], tmp_path: Path) -
     path, ids = ledger
     typo = cli("runs", "--kind", "deplyo", "--ledger", path)
     assert typo.code == 2 and "deploy, verify, baseline, rollback, unlock" in typo.stderr
-    assert [r["id"] for r in cli("--json", "runs", "--kind", "deploy", "--ledger", path).json()["runs"]] == [ids[0], ids[2]]
+    assert [r["id"] for r in cli("--json", "runs", "--kind", "deploy", "--ledger", path).json()["runs"]] == [
+        ids[0],
+        ids[2],
+    ]
     for flag in ("--hosts", "--host"):
         assert len(cli("--json", "runs", flag, "gpu-node-07", "--ledger", path).json()["runs"]) == 5
         assert cli("--json", "runs", flag, "other", "--ledger", path).json()["runs"] == []
-    assert len(cli("--json", "runs", "--hosts", "other,gpu-node-07", "--limit", "2", "--ledger", path).json()["runs"]) == 2
+    assert (
+        len(cli("--json", "runs", "--hosts", "other,gpu-node-07", "--limit", "2", "--ledger", path).json()["runs"]) == 2
+    )
     inventory = tmp_path / "hosts.yaml"
-    inventory.write_text("apiVersion: specctl/v1\nkind: Inventory\nhosts:\n  gpu-node-07: {ssh: n7}\n  gpu-node-08: {ssh: n8}\n"
-                         "groups:\n  fleet: [gpu-node-07, gpu-node-08]\n")
+    inventory.write_text(
+        "apiVersion: specctl/v1\nkind: Inventory\nhosts:\n  gpu-node-07: {ssh: n7}\n  gpu-node-08: {ssh: n8}\n"
+        "groups:\n  fleet: [gpu-node-07, gpu-node-08]\n"
+    )
     grouped = cli("--json", "runs", "--hosts", "fleet", "--inventory", str(inventory), "--ledger", path).json()["runs"]
     assert [r["id"] for r in grouped] == ids
 
@@ -153,19 +191,41 @@ def test_operating_points_are_charted_compared_and_shown(cli: Any, tmp_path: Pat
     book = Ledger(path)
 
     def point(c: int, tput: float, speedup: float) -> dict[str, Any]:
-        summary = {"concurrency": c, "wall_tokens_per_s": tput * c, "output_tokens_per_s": {"estimate": tput},
-                   "speedup": {"estimate": speedup}, "accept_length": {"estimate": 3.5}}
-        gate = {"name": "speedup", "op": ">=", "threshold": 1.0, "passed": speedup >= 1.0, "decided": True, "note": "",
-                "concurrency": c, "interval": {"estimate": speedup, "low": speedup - 0.1, "high": speedup + 0.1, "n": 8, "kind": "fixed"}}
+        summary = {
+            "concurrency": c,
+            "wall_tokens_per_s": tput * c,
+            "output_tokens_per_s": {"estimate": tput},
+            "speedup": {"estimate": speedup},
+            "accept_length": {"estimate": 3.5},
+        }
+        gate = {
+            "name": "speedup",
+            "op": ">=",
+            "threshold": 1.0,
+            "passed": speedup >= 1.0,
+            "decided": True,
+            "note": "",
+            "concurrency": c,
+            "interval": {"estimate": speedup, "low": speedup - 0.1, "high": speedup + 0.1, "n": 8, "kind": "fixed"},
+        }
         return {"concurrency": c, "summary": summary, "gates": [gate], "stopped_early": False}
 
     ids = []
     for n, (s1, s16) in enumerate([(1.6, 1.1), (1.5, 0.8)]):
         run_id = f"20261201T0{n}0000Z-0000{n}"
         points = [point(1, 500.0 * s1, s1), point(16, 100.0 * s16, s16)]
-        verdict = {"passed": s16 >= 1.0, "summary": points[0]["summary"], "points": points,
-                   "gates": [g for p in points for g in p["gates"]], "profile": "p", "version": n + 1, "release": run_id}
-        book.begin(run_id, "deploy", command="specctl x", profile={"metadata": {"name": "p", "version": n + 1}}, hosts=["h"])
+        verdict = {
+            "passed": s16 >= 1.0,
+            "summary": points[0]["summary"],
+            "points": points,
+            "gates": [g for p in points for g in p["gates"]],
+            "profile": "p",
+            "version": n + 1,
+            "release": run_id,
+        }
+        book.begin(
+            run_id, "deploy", command="specctl x", profile={"metadata": {"name": "p", "version": n + 1}}, hosts=["h"]
+        )
         book.record_host(run_id, "h", verdict=verdict, passed=verdict["passed"])
         book.finish(run_id, "succeeded" if verdict["passed"] else "failed", verdict={"passed": verdict["passed"]})
         ids.append(run_id)

@@ -17,7 +17,12 @@ from tests.factory import DRAFTER_CONFIG, TARGET_CONFIG
 def test_target_facts_and_bytes_by_dtype(tmp_path: Path) -> None:
     meta = read_checkpoint(str(write_checkpoint(tmp_path / "t", TARGET_CONFIG, llama_tensors(TARGET_CONFIG), shards=3)))
     assert (meta.architecture, meta.num_hidden_layers, meta.hidden_size) == ("LlamaForCausalLM", 32, 256)
-    assert (meta.num_attention_heads, meta.num_key_value_heads, meta.vocab_size, meta.tie_word_embeddings) == (8, 4, 1000, False)
+    assert (meta.num_attention_heads, meta.num_key_value_heads, meta.vocab_size, meta.tie_word_embeddings) == (
+        8,
+        4,
+        1000,
+        False,
+    )
     expected = sum(2 * __import__("math").prod(shape) for _, _, shape in llama_tensors(TARGET_CONFIG))
     assert meta.weight_bytes_by_dtype == {"BF16": expected}
     assert "model.safetensors.index.json" in meta.files and "model-00003-of-00003.safetensors" in meta.files
@@ -28,15 +33,27 @@ def test_drafter_facts(tmp_path: Path) -> None:
     meta = read_checkpoint(str(write_checkpoint(tmp_path / "d", config, eagle3_tensors(config, 256))))
     assert meta.eagle_config == {"eagle_aux_hidden_state_layer_ids": [1, 15, 28], "use_aux_hidden_state": True}
     assert meta.top_level_eagle_keys == {"eagle_aux_hidden_state_layer_ids": [2, 16, 29]}
-    assert (meta.target_hidden_size, meta.draft_vocab_size, meta.fc_weight_shape, meta.d2t_length) == (256, 200, (256, 768), 200)
+    assert (meta.target_hidden_size, meta.draft_vocab_size, meta.fc_weight_shape, meta.d2t_length) == (
+        256,
+        200,
+        (256, 768),
+        200,
+    )
     assert set(meta.weight_bytes_by_dtype) == {"BF16", "I64", "BOOL"}
     assert meta.summary()["fc_weight_shape"] == [256, 768]
 
 
 def test_text_config_of_multimodal_wrappers(tmp_path: Path) -> None:
-    config = {"architectures": ["KimiK25ForConditionalGeneration"], "text_config": {**TARGET_CONFIG, "num_hidden_layers": 61}}
+    config = {
+        "architectures": ["KimiK25ForConditionalGeneration"],
+        "text_config": {**TARGET_CONFIG, "num_hidden_layers": 61},
+    }
     meta = read_checkpoint(str(write_checkpoint(tmp_path / "k", config, [("x", "BF16", (4,))])))
-    assert meta.architecture == "KimiK25ForConditionalGeneration" and meta.num_hidden_layers == 61 and meta.hidden_size == 256
+    assert (
+        meta.architecture == "KimiK25ForConditionalGeneration"
+        and meta.num_hidden_layers == 61
+        and meta.hidden_size == 256
+    )
 
 
 def test_a_terabyte_of_sparse_shards_reads_only_headers(tmp_path: Path) -> None:
@@ -80,7 +97,9 @@ def test_missing_directory_and_config(tmp_path: Path) -> None:
 
 
 def test_hub_repo_offline_from_cache(hub_env: Path) -> None:
-    models = {m["repo"]: m for m in json.loads((Path(__file__).parents[2] / "examples" / "models.json").read_text())["models"]}
+    models = {
+        m["repo"]: m for m in json.loads((Path(__file__).parents[2] / "examples" / "models.json").read_text())["models"]
+    }
     kimi = models["moonshotai/Kimi-K2.5"]
     meta = read_checkpoint("moonshotai/Kimi-K2.5", kimi["revision"], offline=True)
     assert meta.num_hidden_layers == 61 and meta.hidden_size == 7168

@@ -57,7 +57,9 @@ def test_a_truncated_header_is_refused_with_the_host_and_the_shard(tmp_path: Pat
     path = write_checkpoint(tmp_path / "t", TARGET_CONFIG, [("a", "F32", (2, 2))])
     shard = path / "model.safetensors"
     shard.write_bytes(shard.read_bytes()[:20])
-    with pytest.raises(CheckpointError, match=r"on host local: .*model\.safetensors: file ends inside the header") as info:
+    with pytest.raises(
+        CheckpointError, match=r"on host local: .*model\.safetensors: file ends inside the header"
+    ) as info:
         on_host(path)
     assert info.value.source == str(path) and "truncated" in (info.value.fix or "")
     shard.write_bytes(b"\x01\x02")
@@ -136,7 +138,9 @@ def test_differences_name_the_hosts_and_what_differs(tmp_path: Path) -> None:
     assert text is not None and text.startswith("/data/models/t: h0+h1 vs h2: ")
     assert "config.json hidden_size: 256 on h0, 512 on h2" in text
     assert "header tensors (" in text and "on h2" in text
-    missing = HostCheckpoint("h3", "/data/models/t", kind="missing", problem="checkpoint directory /data/models/t does not exist")
+    missing = HostCheckpoint(
+        "h3", "/data/models/t", kind="missing", problem="checkpoint directory /data/models/t does not exist"
+    )
     text = differences([*same, missing])
     assert text == "/data/models/t: h0+h1 vs h3: on h3: checkpoint directory /data/models/t does not exist"
 
@@ -151,13 +155,19 @@ def test_check_on_a_named_host_reads_there_and_says_so(tmp_path: Path, cli: Any)
     assert result.code == 0, result.stdout + result.stderr
     data = result.json()
     [source] = [f for f in data["findings"] if f["code"] == "facts-source"]
-    assert source["severity"] == "info" and source["message"] == "checkpoint facts: target and drafter read on host local"
+    assert (
+        source["severity"] == "info" and source["message"] == "checkpoint facts: target and drafter read on host local"
+    )
     assert data["facts"]["target"] == {"model": str(tmp_path / "target"), "where": "host local", "hosts": ["local"]}
     plain = cli("--json", "check", str(profile)).json()
-    assert plain["facts"]["drafter"]["where"] == "this machine" and "facts-source" not in {f["code"] for f in plain["findings"]}
+    assert plain["facts"]["drafter"]["where"] == "this machine" and "facts-source" not in {
+        f["code"] for f in plain["findings"]
+    }
     on_host = {"facts-source", "host-engine-probe"}  # --on also asks the host's engine (not installed here: said)
     assert "host-engine-probe" in {f["code"] for f in data["findings"]}
-    assert [f for f in plain["findings"] if f["code"] not in on_host] == [f for f in data["findings"] if f["code"] not in on_host]
+    assert [f for f in plain["findings"] if f["code"] not in on_host] == [
+        f for f in data["findings"] if f["code"] not in on_host
+    ]
 
 
 def test_an_unreadable_path_with_no_host_to_read_it_on_keeps_the_local_error(tmp_path: Path, cli: Any) -> None:
@@ -167,7 +177,9 @@ def test_an_unreadable_path_with_no_host_to_read_it_on_keeps_the_local_error(tmp
     result = cli("--json", "check", str(scenario.write()))
     assert result.code == 1
     [finding] = [f for f in result.json()["findings"] if f["code"] == "checkpoint-unreadable"]
-    assert "does not exist" in finding["message"] and "not read on the profile's host either: unknown host" in finding["message"]
+    assert (
+        "does not exist" in finding["message"]
+        and "not read on the profile's host either: unknown host" in finding["message"]
+    )
     assert "--on HOST" in finding["fix"]
     assert result.json()["facts"]["target"]["where"] == "this machine"
-

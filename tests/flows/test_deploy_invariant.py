@@ -25,15 +25,22 @@ def local(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cli: Any) -> Any:
     common = ["--ledger", str(tmp_path / "ledger.db")]
     first = cli("--json", "deploy", str(v1), "--no-verify", *common)
     assert first.code == 0, first.stdout + first.stderr
-    yield {"v1": str(v1), "v2": str(v2), "common": common, "good": first.json()["hosts"][0]["release"],
-           "root": tmp_path / "home" / ".specctl" / NAME}
+    yield {
+        "v1": str(v1),
+        "v2": str(v2),
+        "common": common,
+        "good": first.json()["hosts"][0]["release"],
+        "root": tmp_path / "home" / ".specctl" / NAME,
+    }
     cli("stop", str(v1))
 
 
 @pytest.mark.parametrize("failing", ["materialise", "stop_previous", "start", "ready", "switch"])
-def test_a_failure_at_any_stage_leaves_the_previous_release_serving(local: dict[str, Any], cli: Any, failing: str,
-                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_failure_at_any_stage_leaves_the_previous_release_serving(
+    local: dict[str, Any], cli: Any, failing: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The stage before `failing` has done its work; `failing` raises before doing any."""
+
     def broken(c: change.Change) -> None:
         raise HostError(f"injected failure at {failing}", host="local")
 
@@ -52,8 +59,9 @@ def test_a_failure_at_any_stage_leaves_the_previous_release_serving(local: dict[
     assert not (local["root"] / "lock").exists()  # a failed host's lock goes with the command
 
 
-def test_a_failure_in_verify_rolls_back_to_the_verified_release(local: dict[str, Any], cli: Any,
-                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_failure_in_verify_rolls_back_to_the_verified_release(
+    local: dict[str, Any], cli: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
     verified = cli("--json", "deploy", local["v1"], *local["common"])  # verified: a rollback target
     assert verified.code == 0, verified.stdout + verified.stderr
     good = verified.json()["hosts"][0]["release"]
@@ -72,7 +80,8 @@ def test_a_failure_in_verify_rolls_back_to_the_verified_release(local: dict[str,
 
 
 def test_the_runs_copy_is_written_under_the_lock_and_releases_it_in_the_same_command(
-        local: dict[str, Any], cli: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    local: dict[str, Any], cli: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from specctl.hosts.transport import Transport
 
     sent: list[list[str]] = []
@@ -94,7 +103,9 @@ def test_the_runs_copy_is_written_under_the_lock_and_releases_it_in_the_same_com
     assert (local["root"] / "releases" / release / "runs" / f"{release}.json").is_file()
 
 
-def test_a_deploy_stopped_after_its_hosts_leaves_no_lock(local: dict[str, Any], cli: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_deploy_stopped_after_its_hosts_leaves_no_lock(
+    local: dict[str, Any], cli: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from specctl.flows.recorder import Recorder
 
     def broken(self: Recorder, kept: Any) -> None:

@@ -23,15 +23,28 @@ def test_a_failing_stage_undoes_the_stages_done_newest_first() -> None:
     def fail() -> None:
         raise ValueError("boom")
 
-    stages = [Stage("a", lambda: (log.append("a"), lambda: log.append("undo a"))[1]),
-              Stage("b", lambda: None),  # nothing to undo
-              Stage("c", lambda: (log.append("c"), lambda: log.append("undo c"))[1]),
-              Stage("d", fail), Stage("e", lambda: log.append("never") or None)]
+    stages = [
+        Stage("a", lambda: (log.append("a"), lambda: log.append("undo a"))[1]),
+        Stage("b", lambda: None),  # nothing to undo
+        Stage("c", lambda: (log.append("c"), lambda: log.append("undo c"))[1]),
+        Stage("d", fail),
+        Stage("e", lambda: log.append("never") or None),
+    ]
     with pytest.raises(ValueError, match="boom"):
         Walk(events).run(stages)
     assert log == ["a", "c", "undo c", "undo a"]
-    assert [(s, e) for s, e, _ in seen] == [("a", "began"), ("a", "ended"), ("b", "began"), ("b", "ended"), ("c", "began"),
-                                            ("c", "ended"), ("d", "began"), ("d", "failed"), ("c", "undone"), ("a", "undone")]
+    assert [(s, e) for s, e, _ in seen] == [
+        ("a", "began"),
+        ("a", "ended"),
+        ("b", "began"),
+        ("b", "ended"),
+        ("c", "began"),
+        ("c", "ended"),
+        ("d", "began"),
+        ("d", "failed"),
+        ("c", "undone"),
+        ("a", "undone"),
+    ]
 
 
 def test_a_failed_undo_is_attached_to_the_cause_and_the_others_still_run() -> None:
@@ -64,7 +77,9 @@ def test_cancel_is_checked_before_each_stage_and_undoes_too() -> None:
         return lambda: log.append("undo first")
 
     with pytest.raises(Cancelled):
-        Walk(recorder()[1], before=check).run([Stage("first", first), Stage("second", lambda: log.append("second") or None)])
+        Walk(recorder()[1], before=check).run(
+            [Stage("first", first), Stage("second", lambda: log.append("second") or None)]
+        )
     assert log == ["undo first"]
 
 
@@ -85,5 +100,10 @@ def test_a_recording_failure_after_a_stage_undoes_that_stage_too() -> None:
             raise OSError("database or disk is full")
 
     with pytest.raises(OSError, match="disk is full"):
-        Walk(events).run([Stage("start", lambda: lambda: log.append("stop new")), Stage("switch", lambda: lambda: log.append("switch back"))])
+        Walk(events).run(
+            [
+                Stage("start", lambda: lambda: log.append("stop new")),
+                Stage("switch", lambda: lambda: log.append("switch back")),
+            ]
+        )
     assert log == ["switch back", "stop new"]

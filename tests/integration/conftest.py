@@ -14,7 +14,6 @@ import pytest
 import yaml
 
 from specctl.flows.demo import write_inputs
-
 from tests.integration.slurm import SlurmLab, slurm_missing
 from tests.integration.sshd import SshLab, namespaces_work
 
@@ -76,8 +75,12 @@ def lab_profile(lab: SshLab, tmp_path: Path, port: int) -> dict[str, Any]:
     data["hosts"] = ["all"]
     v1.write_text(yaml.safe_dump(data, sort_keys=False))
     inventory = lab.inventory(tmp_path / "hosts.yaml", sys.executable)
-    return {"v1": str(v1), "inventory": inventory, "common": ["--inventory", str(inventory), "--ssh-config", str(lab.ssh_config)],
-            "tmp": tmp_path}
+    return {
+        "v1": str(v1),
+        "inventory": inventory,
+        "common": ["--inventory", str(inventory), "--ssh-config", str(lab.ssh_config)],
+        "tmp": tmp_path,
+    }
 
 
 def reset_lab(lab: SshLab) -> None:

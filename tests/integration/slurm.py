@@ -77,8 +77,9 @@ NAMESPACE_PREFIX = "slab-"
 CONTROLLER = "slurmctl"
 SLURMCTLD_PORT = 6817  # each daemon has a network namespace of its own: Slurm's default ports never collide
 SLURMD_PORT = 6818
-FINISHED = frozenset({"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED",
-                      "BOOT_FAIL", "DEADLINE"})
+FINISHED = frozenset(
+    {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED", "BOOT_FAIL", "DEADLINE"}
+)
 
 _labs_in_this_process = 0
 
@@ -203,8 +204,11 @@ class SlurmLab:
 
     @property
     def env(self) -> dict[str, str]:
-        env = {k: v for k, v in os.environ.items()
-               if not k.startswith(("SLURM_", "SBATCH_", "SALLOC_", "SRUN_", "SQUEUE_", "SINFO_", "SACCT_", "SCONTROL_"))}
+        env = {
+            k: v
+            for k, v in os.environ.items()
+            if not k.startswith(("SLURM_", "SBATCH_", "SALLOC_", "SRUN_", "SQUEUE_", "SINFO_", "SACCT_", "SCONTROL_"))
+        }
         return {**env, **self.client_env}
 
     @property
@@ -212,11 +216,13 @@ class SlurmLab:
         """Only what the client commands need beyond a plain environment (an inventory's `env:`)."""
         return {"SLURM_CONF": str(self.conf_path)}
 
-    def run(self, *argv: str, check: bool = False, timeout: float = 30,
-            input: str | None = None) -> subprocess.CompletedProcess[str]:
+    def run(
+        self, *argv: str, check: bool = False, timeout: float = 30, input: str | None = None
+    ) -> subprocess.CompletedProcess[str]:
         """A client command (`lab.run("squeue", "-h")`) in this machine's namespace, against the lab."""
-        return subprocess.run(list(argv), env=self.env, capture_output=True, text=True, check=check, timeout=timeout,
-                              input=input)
+        return subprocess.run(
+            list(argv), env=self.env, capture_output=True, text=True, check=check, timeout=timeout, input=input
+        )
 
     # --- start ---------------------------------------------------------------------------------
 
@@ -242,11 +248,16 @@ class SlurmLab:
         for i in range(self.node_count):
             name = f"sn{i}"
             self.nodes[name] = self._namespace(name, f"10.{octet}.{200 + i}", f"n{i}")
-        hosts = ["127.0.0.1 localhost", "::1 localhost ip6-localhost ip6-loopback",
-                 *(f"{n.address} {n.name}" for n in [self.controller, *self.nodes.values()]), ""]
+        hosts = [
+            "127.0.0.1 localhost",
+            "::1 localhost ip6-localhost ip6-loopback",
+            *(f"{n.address} {n.name}" for n in [self.controller, *self.nodes.values()]),
+            "",
+        ]
         (self.workdir / "hosts").write_text("\n".join(hosts))
-        (self.workdir / "resolv.conf").write_text("# the lab's machines: no name server (names come from hosts)\n"
-                                                  "options timeout:1 attempts:1\n")
+        (self.workdir / "resolv.conf").write_text(
+            "# the lab's machines: no name server (names come from hosts)\noptions timeout:1 attempts:1\n"
+        )
         self._write_conf()
         self._start_munged()
         self._start_slurmctld()
@@ -277,7 +288,9 @@ class SlurmLab:
             self.controller = node  # so that stop() removes it if what follows fails
         else:
             self.nodes[name] = node
-        wire_namespace(ns, outside, inside, subnet)  # the nodes reach the controller and each other (srun's I/O, rendezvous)
+        wire_namespace(
+            ns, outside, inside, subnet
+        )  # the nodes reach the controller and each other (srun's I/O, rendezvous)
         return node
 
     def _write_conf(self) -> None:
@@ -344,8 +357,10 @@ class SlurmLab:
                     path.touch()
             (w / "gres.conf").write_text(f"AutoDetect=off\nName=gpu File={w / 'dev'}/gpu[0-{self.gpus - 1}]\n")
         for node in self.nodes.values():
-            lines.append(f"NodeName={node.name} NodeAddr={node.address} NodeHostname={node.name} CPUs={self.cpus} "
-                         f"RealMemory={self.memory_mb}{gres} State=UNKNOWN")
+            lines.append(
+                f"NodeName={node.name} NodeAddr={node.address} NodeHostname={node.name} CPUs={self.cpus} "
+                f"RealMemory={self.memory_mb}{gres} State=UNKNOWN"
+            )
         lines += [f"PartitionName=lab Nodes={','.join(self.nodes)} Default=YES MaxTime=INFINITE State=UP", ""]
         self.conf_path.write_text("\n".join(lines))
 
@@ -356,14 +371,36 @@ class SlurmLab:
         # (it uses none of it: proctrack/linuxproc, task/none, jobacct_gather/none)
         # and a resolv.conf without name servers: no DNS server is reached from a namespace, and a
         # lookup the lab's hosts file does not answer (getent's IPv6 one first) would wait 10 s for one
-        script = ('hostname "$1" && mount --bind "$2" /etc/hosts && { [ ! -e /etc/resolv.conf ] || '
-                  'mount --bind "$3" /etc/resolv.conf; } || exit 1; shift 3; exec "$@"')
-        full = ["nsenter", f"--net=/run/netns/{node.namespace}", "unshare", "--uts", "--mount", "--propagation",
-                "private", "sh", "-c", script, "sh", node.name, str(self.workdir / "hosts"),
-                str(self.workdir / "resolv.conf"), *argv]
+        script = (
+            'hostname "$1" && mount --bind "$2" /etc/hosts && { [ ! -e /etc/resolv.conf ] || '
+            'mount --bind "$3" /etc/resolv.conf; } || exit 1; shift 3; exec "$@"'
+        )
+        full = [
+            "nsenter",
+            f"--net=/run/netns/{node.namespace}",
+            "unshare",
+            "--uts",
+            "--mount",
+            "--propagation",
+            "private",
+            "sh",
+            "-c",
+            script,
+            "sh",
+            node.name,
+            str(self.workdir / "hosts"),
+            str(self.workdir / "resolv.conf"),
+            *argv,
+        ]
         with open(self.log_dir / out, "ab") as log:
-            return subprocess.Popen(full, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                    env=self.env, start_new_session=True)
+            return subprocess.Popen(
+                full,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=self.env,
+                start_new_session=True,
+            )
 
     def _start_munged(self) -> None:
         assert self.controller is not None
@@ -371,26 +408,41 @@ class SlurmLab:
         key = d / "munge.key"
         key.write_bytes(os.urandom(1024))
         os.chmod(key, 0o400)
-        argv = [MUNGED, "--foreground", "--force", f"--key-file={key}", f"--socket={self.munge_socket}",
-                f"--pid-file={d / 'munged.pid'}", f"--seed-file={d / 'munged.seed'}",
-                f"--log-file={self.log_dir / 'munged.log'}", "--num-threads=2"]
+        argv = [
+            MUNGED,
+            "--foreground",
+            "--force",
+            f"--key-file={key}",
+            f"--socket={self.munge_socket}",
+            f"--pid-file={d / 'munged.pid'}",
+            f"--seed-file={d / 'munged.seed'}",
+            f"--log-file={self.log_dir / 'munged.log'}",
+            "--num-threads=2",
+        ]
         self.munged = self._in_namespace(self.controller, argv, "munged.out")
         self._wait(lambda: self.munge_socket.exists(), self.munged, "munged", timeout=10)
 
     def _start_slurmctld(self) -> None:
         assert self.controller is not None
-        self.controller.process = self._in_namespace(self.controller, [SLURMCTLD, "-D", "-f", str(self.conf_path)],
-                                                     "slurmctld.out")
-        self._wait(lambda: "UP" in self.run("scontrol", "ping", timeout=10).stdout, self.controller.process,
-                   "slurmctld", timeout=20)
+        self.controller.process = self._in_namespace(
+            self.controller, [SLURMCTLD, "-D", "-f", str(self.conf_path)], "slurmctld.out"
+        )
+        self._wait(
+            lambda: "UP" in self.run("scontrol", "ping", timeout=10).stdout,
+            self.controller.process,
+            "slurmctld",
+            timeout=20,
+        )
 
     def _start_slurmd(self, node: SlurmNode) -> None:
         (self.workdir / "spool" / node.name).mkdir(exist_ok=True)
-        node.process = self._in_namespace(node, [SLURMD, "-D", "-N", node.name, "-f", str(self.conf_path)],
-                                          f"slurmd-{node.name}.out")
+        node.process = self._in_namespace(
+            node, [SLURMD, "-D", "-N", node.name, "-f", str(self.conf_path)], f"slurmd-{node.name}.out"
+        )
 
-    def _wait(self, ready: Callable[[], bool], process: subprocess.Popen[bytes] | None, what: str,
-              timeout: float) -> None:
+    def _wait(
+        self, ready: Callable[[], bool], process: subprocess.Popen[bytes] | None, what: str, timeout: float
+    ) -> None:
         deadline = time.monotonic() + timeout
         while not ready():
             if process is not None and process.poll() is not None:
@@ -414,10 +466,15 @@ class SlurmLab:
 
     def wait_idle(self, timeout: float = 30) -> None:
         """Until every node is up and idle (no job on it, none draining) and no job is running."""
+
         def idle() -> bool:
             states = self.node_states()
-            return (len(states) == len(self.nodes) and all(s == "idle" for s in states.values())
-                    and not self.run("squeue", "-h", "-t", "RUNNING,COMPLETING,CONFIGURING", "-o", "%i").stdout.strip())
+            return (
+                len(states) == len(self.nodes)
+                and all(s == "idle" for s in states.values())
+                and not self.run("squeue", "-h", "-t", "RUNNING,COMPLETING,CONFIGURING", "-o", "%i").stdout.strip()
+            )
+
         deadline = time.monotonic() + timeout
         while not idle():
             for node in self.nodes.values():
@@ -463,7 +520,9 @@ class SlurmLab:
     def job(self, job_id: str) -> dict[str, str]:
         return self.show("job", job_id)
 
-    def wait_job(self, job_id: str, states: frozenset[str] | set[str] = FINISHED, timeout: float = 30) -> dict[str, str]:
+    def wait_job(
+        self, job_id: str, states: frozenset[str] | set[str] = FINISHED, timeout: float = 30
+    ) -> dict[str, str]:
         """Until the job's JobState is one of `states` (by default: any final state); its record."""
         deadline = time.monotonic() + timeout
         while True:

@@ -8,8 +8,8 @@ user's ~/.ssh. Teardown kills every sshd and removes every namespace and link it
 from __future__ import annotations
 
 import os
-import shutil
 import shlex
+import shutil
 import socket
 import subprocess
 import time
@@ -127,12 +127,21 @@ class SshLab:
         """Drop packets to the host's sshd unless they come from `allowed` (none: from anywhere), so
         it is reached only through them. An nftables table in the host's namespace, gone with it."""
         assert host.namespace is not None, "a firewall of its own needs a namespace of its own"
-        rule = f"tcp dport {host.port} drop" if not allowed else \
-            f"tcp dport {host.port} ip saddr != {{ {', '.join(h.address for h in allowed)} }} drop"
-        script = (f"table inet specctl_lab {{\n  chain input {{\n    type filter hook input priority 0; policy accept;\n"
-                  f"    {rule}\n  }}\n}}\n")
-        subprocess.run(["ip", "netns", "exec", host.namespace, "nft", "-f", "-"], input=script.encode(), check=True,
-                       capture_output=True)
+        rule = (
+            f"tcp dport {host.port} drop"
+            if not allowed
+            else f"tcp dport {host.port} ip saddr != {{ {', '.join(h.address for h in allowed)} }} drop"
+        )
+        script = (
+            f"table inet specctl_lab {{\n  chain input {{\n    type filter hook input priority 0; policy accept;\n"
+            f"    {rule}\n  }}\n}}\n"
+        )
+        subprocess.run(
+            ["ip", "netns", "exec", host.namespace, "nft", "-f", "-"],
+            input=script.encode(),
+            check=True,
+            capture_output=True,
+        )
 
     def _add(self, name: str, index: int, port: int = 22, tmpfs: dict[str, str] | None = None) -> None:
         hostdir = self.workdir / name
@@ -145,17 +154,33 @@ class SshLab:
             _run("ip", "netns", "add", ns)
             wire_namespace(ns, outside, inside, subnet)
             (hostdir / "bashrc").write_text("# this host's own login-shell start-up file\n")
-            host = SshHost(name, f"{subnet}.2", port, hostdir / "root", ns, bashrc=hostdir / "bashrc", tmpfs=dict(tmpfs or {}))
+            host = SshHost(
+                name, f"{subnet}.2", port, hostdir / "root", ns, bashrc=hostdir / "bashrc", tmpfs=dict(tmpfs or {})
+            )
         else:
             host = SshHost(name, "127.0.0.1", _free_port(), hostdir / "root", None)
         host.root.mkdir()
         host.host_key_pub = (hostdir / "host_key.pub").read_text().split()[1]
-        (hostdir / "sshd_config").write_text("\n".join([
-            f"Port {host.port}", f"ListenAddress {host.address}", f"HostKey {hostdir / 'host_key'}",
-            f"AuthorizedKeysFile {self.workdir / 'authorized_keys'}", f"PidFile {hostdir / 'sshd.pid'}",
-            "UsePAM no", "StrictModes no", "PermitRootLogin yes", "PasswordAuthentication no",
-            "KbdInteractiveAuthentication no", "AllowTcpForwarding yes", "MaxStartups 100", "LogLevel ERROR", "",
-        ]))
+        (hostdir / "sshd_config").write_text(
+            "\n".join(
+                [
+                    f"Port {host.port}",
+                    f"ListenAddress {host.address}",
+                    f"HostKey {hostdir / 'host_key'}",
+                    f"AuthorizedKeysFile {self.workdir / 'authorized_keys'}",
+                    f"PidFile {hostdir / 'sshd.pid'}",
+                    "UsePAM no",
+                    "StrictModes no",
+                    "PermitRootLogin yes",
+                    "PasswordAuthentication no",
+                    "KbdInteractiveAuthentication no",
+                    "AllowTcpForwarding yes",
+                    "MaxStartups 100",
+                    "LogLevel ERROR",
+                    "",
+                ]
+            )
+        )
         self.hosts[name] = host
         self.start_sshd(host)
 
@@ -163,11 +188,18 @@ class SshLab:
         argv = [SSHD, "-D", "-e", "-f", str(self.workdir / host.name / "sshd_config")]
         if host.namespace:
             assert host.bashrc is not None
-            mounts = "".join(f'mkdir -p {shlex.quote(path)} && mount -t tmpfs -o size={size} tmpfs {shlex.quote(path)} || exit 1; '
-                             for path, size in host.tmpfs.items())
-            mounts += "".join(f"mount --bind {shlex.quote(source)} {shlex.quote(target)} || exit 1; "
-                              for target, source in host.binds.items())
-            own = mounts + 'if [ -e "$HOME/.bashrc" ]; then mount --bind "$1" "$HOME/.bashrc" || exit 1; fi; shift; exec "$@"'
+            mounts = "".join(
+                f"mkdir -p {shlex.quote(path)} && mount -t tmpfs -o size={size} tmpfs {shlex.quote(path)} || exit 1; "
+                for path, size in host.tmpfs.items()
+            )
+            mounts += "".join(
+                f"mount --bind {shlex.quote(source)} {shlex.quote(target)} || exit 1; "
+                for target, source in host.binds.items()
+            )
+            own = (
+                mounts
+                + 'if [ -e "$HOME/.bashrc" ]; then mount --bind "$1" "$HOME/.bashrc" || exit 1; fi; shift; exec "$@"'
+            )
             argv = ["ip", "netns", "exec", host.namespace, "sh", "-c", own, "sh", str(host.bashrc), *argv]
         host.process = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.monotonic() + 10
@@ -205,11 +237,17 @@ class SshLab:
 
     def write_client_files(self, known: list[str] | None = None) -> None:
         self.known_hosts = self.workdir / "known_hosts"
-        self.known_hosts.write_text("".join(self.known_hosts_line(h) for h in self.hosts.values() if known is None or h.name in known))
+        self.known_hosts.write_text(
+            "".join(self.known_hosts_line(h) for h in self.hosts.values() if known is None or h.name in known)
+        )
         self.ssh_config = self.workdir / "ssh_config"
-        self.ssh_config.write_text("".join(
-            f"Host {h.name}\n  HostName {h.address}\n  Port {h.port}\n  User root\n  IdentityFile {self.user_key}\n"
-            f"  UserKnownHostsFile {self.known_hosts}\n  StrictHostKeyChecking yes\n\n" for h in self.hosts.values()))
+        self.ssh_config.write_text(
+            "".join(
+                f"Host {h.name}\n  HostName {h.address}\n  Port {h.port}\n  User root\n  IdentityFile {self.user_key}\n"
+                f"  UserKnownHostsFile {self.known_hosts}\n  StrictHostKeyChecking yes\n\n"
+                for h in self.hosts.values()
+            )
+        )
 
     def inventory(self, path: Path, python: str) -> Path:
         lines = ["apiVersion: specctl/v1", "kind: Inventory", "hosts:"]
@@ -225,7 +263,9 @@ class SshLab:
             for pidfile in host.root.rglob("server.pid"):  # servers a test left running: their process groups
                 subprocess.run(["kill", "-KILL", "--", f"-{pidfile.read_text().strip()}"], capture_output=True)
             if host.namespace:  # anything still inside would keep the namespace, its link and its address alive
-                pids = subprocess.run(["ip", "netns", "pids", host.namespace], capture_output=True, text=True).stdout.split()
+                pids = subprocess.run(
+                    ["ip", "netns", "pids", host.namespace], capture_output=True, text=True
+                ).stdout.split()
                 if pids:
                     subprocess.run(["kill", "-KILL", *pids], capture_output=True)
                 subprocess.run(["ip", "netns", "del", host.namespace], capture_output=True)

@@ -66,25 +66,41 @@ def test_deploy_status_logs_switch_stop(cli: Any, lab: SshLab, fleet: dict[str, 
 def test_stale_lock_refuses_then_unlock_shows_owner(cli: Any, lab: SshLab, fleet: dict[str, Any]) -> None:
     base = lab.hosts["h1"].root / "tiny-llama-demo"
     base.mkdir(parents=True, exist_ok=True)
-    (base / "lock").write_text('{"user": "alice", "machine": "laptop", "pid": 4242, "since": "2026-11-28T10:00:00Z", "run_id": "x", "command": "specctl deploy"}\n')
+    (base / "lock").write_text(
+        '{"user": "alice", "machine": "laptop", "pid": 4242, "since": "2026-11-28T10:00:00Z", '
+        '"run_id": "x", "command": "specctl deploy"}\n'
+    )
     result = cli("--json", "deploy", fleet["v1"], "--hosts", "h1", *fleet["common"])
     assert result.code == 3
     [h1] = result.json()["hosts"]
     assert not h1["ok"] and "locked by alice@laptop pid 4242" in h1["detail"]
-    refused = cli("unlock", fleet["v1"], "--hosts", "h1", *fleet["common"])  # another machine: whether it lives is unknown
+    refused = cli(
+        "unlock", fleet["v1"], "--hosts", "h1", *fleet["common"]
+    )  # another machine: whether it lives is unknown
     assert refused.code == 3 and "on another machine" in refused.stderr and "--force" in refused.stderr
     unlocked = cli("unlock", fleet["v1"], "--hosts", "h1", "--force", *fleet["common"])
     assert unlocked.code == 0 and "alice@laptop" in unlocked.stdout and not (base / "lock").exists()
     cli("stop", fleet["v1"], "--hosts", "h1", *fleet["common"])
 
 
-def test_server_dying_at_startup_shows_its_log_and_restores_the_previous_release(cli: Any, lab: SshLab, fleet: dict[str, Any]) -> None:
+def test_server_dying_at_startup_shows_its_log_and_restores_the_previous_release(
+    cli: Any, lab: SshLab, fleet: dict[str, Any]
+) -> None:
     common = [*fleet["common"], "--hosts", "h2"]
     assert cli("deploy", fleet["v1"], *common).code == 0
     before = (lab.hosts["h2"].root / "tiny-llama-demo" / "current").resolve().name
     broken = Path(fleet["tmp"]) / "profiles" / "tiny-llama-v3.yaml"
-    broken.write_text(yaml.safe_dump({"apiVersion": "specctl/v1", "kind": "Profile", "extends": "tiny-llama-v1.yaml",
-                                      "metadata": {"name": "tiny-llama-demo", "version": 3}, "drafter": {"layer_ids": [1, 3, 9]}}))
+    broken.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "specctl/v1",
+                "kind": "Profile",
+                "extends": "tiny-llama-v1.yaml",
+                "metadata": {"name": "tiny-llama-demo", "version": 3},
+                "drafter": {"layer_ids": [1, 3, 9]},
+            }
+        )
+    )
     result = cli("--json", "deploy", str(broken), "--skip-check", *common)
     assert result.code == 3
     [h2] = result.json()["hosts"]
@@ -105,7 +121,9 @@ def test_multi_node_profile_on_two_hosts(cli: Any, lab: SshLab, fleet: dict[str,
     data["hardware"]["gpus_per_node"] = 1
     multi.write_text(yaml.safe_dump(data, sort_keys=False))
     common = fleet["common"]
-    result = cli("--json", "deploy", str(multi), "--skip-check", *common)  # tp 1 over 2 nodes is a check error, fine for the rehearsal
+    result = cli(
+        "--json", "deploy", str(multi), "--skip-check", *common
+    )  # tp 1 over 2 nodes is a check error, fine for the rehearsal
     assert result.code == 0, result.stdout + result.stderr
     hosts = result.json()["hosts"]
     assert [h["host"] for h in hosts] == ["h0", "h1"] and all(h["ok"] for h in hosts)
@@ -129,9 +147,26 @@ def test_dry_run_changes_nothing(cli: Any, lab: SshLab, fleet: dict[str, Any]) -
 def test_inventory_strings_reach_the_host_as_data(cli: Any, lab: SshLab, fleet: dict[str, Any], tmp_path: Path) -> None:
     odd = tmp_path / "state dir; touch /tmp/pwned-$(id -u) 'quoted' `x`"
     inventory = tmp_path / "hosts-odd.yaml"
-    inventory.write_text(yaml.safe_dump({"apiVersion": "specctl/v1", "kind": "Inventory",
-                                         "hosts": {"h0": {"ssh": "h0", "root": str(odd), "python": sys.executable}}}))
-    result = cli("--json", "deploy", fleet["v1"], "--hosts", "h0", "--inventory", str(inventory), "--ssh-config", str(lab.ssh_config))
+    inventory.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "specctl/v1",
+                "kind": "Inventory",
+                "hosts": {"h0": {"ssh": "h0", "root": str(odd), "python": sys.executable}},
+            }
+        )
+    )
+    result = cli(
+        "--json",
+        "deploy",
+        fleet["v1"],
+        "--hosts",
+        "h0",
+        "--inventory",
+        str(inventory),
+        "--ssh-config",
+        str(lab.ssh_config),
+    )
     assert result.code == 0, result.stdout + result.stderr
     assert (odd / "tiny-llama-demo" / "current" / "launch.sh").exists()
     assert not list(Path("/tmp").glob("pwned-*"))

@@ -79,8 +79,9 @@ def codes(result: Any) -> list[str]:
     return [f["code"] for f in result.json()["findings"]]
 
 
-def test_check_reads_host_paths_on_the_profiles_host_or_on_a_named_one(cli: Any, lab: SshLab, env: dict[str, Any],
-                                                                       tmp_path: Path) -> None:
+def test_check_reads_host_paths_on_the_profiles_host_or_on_a_named_one(
+    cli: Any, lab: SshLab, env: dict[str, Any], tmp_path: Path
+) -> None:
     disk = str(tmp_path / "nvme")
     models = f"{disk}/models"
     with private_disks(lab, ["h1", "h2"], disk):
@@ -110,15 +111,19 @@ def test_check_reads_host_paths_on_the_profiles_host_or_on_a_named_one(cli: Any,
         assert missing.code == 1
         unreadable = [f for f in missing.json()["findings"] if f["code"] == "checkpoint-unreadable"]
         assert [f["field"] for f in unreadable] == ["target.model", "drafter.model"]
-        assert unreadable[0]["message"] == f"target checkpoint: on host h1: checkpoint directory {disk}/elsewhere/{TARGET} does not exist"
+        assert (
+            unreadable[0]["message"]
+            == f"target checkpoint: on host h1: checkpoint directory {disk}/elsewhere/{TARGET} does not exist"
+        )
         assert unreadable[0]["fix"].startswith(f"copy the checkpoint to {disk}/elsewhere/{TARGET} on h1")
 
         on_h0 = cli("--json", "check", profile, "--on", "h0", *env["common"])  # h0 has no such disk
         assert on_h0.code == 1 and "on host h0: checkpoint directory" in on_h0.stdout
 
 
-def test_deploy_refuses_hosts_whose_copies_differ_before_anything_is_stopped(cli: Any, lab: SshLab, env: dict[str, Any],
-                                                                             tmp_path: Path) -> None:
+def test_deploy_refuses_hosts_whose_copies_differ_before_anything_is_stopped(
+    cli: Any, lab: SshLab, env: dict[str, Any], tmp_path: Path
+) -> None:
     disk = str(tmp_path / "nvme")
     models = f"{disk}/models"
     common = [*env["common"], "--hosts", "h0,h1"]
@@ -131,7 +136,9 @@ def test_deploy_refuses_hosts_whose_copies_differ_before_anything_is_stopped(cli
             data = yaml.safe_load(Path(env["v1"]).read_text())
             data["metadata"]["name"] = NAME
             running.write_text(yaml.safe_dump(data, sort_keys=False))
-            assert cli("deploy", str(running), "--no-verify", *common).code == 0  # something runs that must keep running
+            assert (
+                cli("deploy", str(running), "--no-verify", *common).code == 0
+            )  # something runs that must keep running
             before = [h["current"] for h in cli("--json", "status", profile, *common).json()["hosts"]]
             refused = cli("--json", "deploy", profile, "--no-verify", *common)
             assert refused.code == 2, refused.stdout + refused.stderr

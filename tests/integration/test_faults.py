@@ -35,14 +35,30 @@ def current(lab: SshLab, host: str) -> str | None:
 
 
 def test_hosts_check_reports_facts(cli: Any, lab: SshLab, env: dict[str, Any]) -> None:
-    result = cli("--json", "hosts", "--check", "--python", sys.executable, "--engine", "reference", "--port", str(PORT), *env["common"])
+    result = cli(
+        "--json",
+        "hosts",
+        "--check",
+        "--python",
+        sys.executable,
+        "--engine",
+        "reference",
+        "--port",
+        str(PORT),
+        *env["common"],
+    )
     assert result.code == 0, result.stderr
     rows = {r["host"]: r for r in result.json()["hosts"]}
     assert set(rows) == {"h0", "h1", "h2"}
     for row in rows.values():
         facts = row["facts"]
         assert row["reachable"] and facts["python"] == ".".join(map(str, sys.version_info[:3]))
-        assert facts["engine_version"] and facts["port_free"] is True and facts["disk_free_gib"] > 0 and facts["gpus"] == []
+        assert (
+            facts["engine_version"]
+            and facts["port_free"] is True
+            and facts["disk_free_gib"] > 0
+            and facts["gpus"] == []
+        )
 
 
 def test_host_down_before_deploy(cli: Any, lab: SshLab, env: dict[str, Any]) -> None:
@@ -69,8 +85,17 @@ def test_readiness_timeout_restores_the_previous_release(cli: Any, lab: SshLab, 
     hang.write_text("#!/bin/sh\nexec sleep 600\n")
     hang.chmod(0o755)
     slow = Path(env["tmp"]) / "profiles" / "slow.yaml"
-    slow.write_text(yaml.safe_dump({"apiVersion": "specctl/v1", "kind": "Profile", "extends": "tiny-llama-v1.yaml",
-                                    "metadata": {"name": NAME, "version": 5}, "engine": {"python": str(hang)}}))
+    slow.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "specctl/v1",
+                "kind": "Profile",
+                "extends": "tiny-llama-v1.yaml",
+                "metadata": {"name": NAME, "version": 5},
+                "engine": {"python": str(hang)},
+            }
+        )
+    )
     result = cli("--json", "deploy", str(slow), "--startup-timeout", "3", *common)
     assert result.code == 3
     [row] = result.json()["hosts"]
@@ -84,8 +109,12 @@ def test_port_already_in_use(cli: Any, lab: SshLab, env: dict[str, Any], ssh_opt
     before = current(lab, "h1")
     t = ssh_transport("h1", resolve("h1", ssh_options), ssh_options)
     root = str(lab.hosts["h1"].root)
-    squatter = t.start([sys.executable, "-c", f"import socket,time; s=socket.create_server(('0.0.0.0', {PORT})); time.sleep(600)"],
-                       cwd=root, log=f"{root}/squatter.log", pidfile=f"{root}/squatter.pid")
+    squatter = t.start(
+        [sys.executable, "-c", f"import socket,time; s=socket.create_server(('0.0.0.0', {PORT})); time.sleep(600)"],
+        cwd=root,
+        log=f"{root}/squatter.log",
+        pidfile=f"{root}/squatter.pid",
+    )
     time.sleep(0.5)
     result = cli("--json", "deploy", env["v1"], "--hosts", "h1", *env["common"])
     t.run(["kill", "-TERM", f"-{squatter}"])
@@ -102,25 +131,51 @@ def test_changed_host_key_refuses_the_deploy(cli: Any, lab: SshLab, env: dict[st
     config = tmp_path / "ssh_config"
     config.write_text(lab.ssh_config.read_text().replace(str(lab.known_hosts), str(known)))
     before = current(lab, "h0")
-    result = cli("--json", "deploy", env["v1"], "--hosts", "h0", "--inventory", str(env["inventory"]), "--ssh-config", str(config),
-                 "--accept-new-host-key")
+    result = cli(
+        "--json",
+        "deploy",
+        env["v1"],
+        "--hosts",
+        "h0",
+        "--inventory",
+        str(env["inventory"]),
+        "--ssh-config",
+        str(config),
+        "--accept-new-host-key",
+    )
     assert result.code == 3
     [row] = result.json()["hosts"]
     assert "CHANGED" in row["detail"] and row["detail"].count("SHA256:") == 2
     assert current(lab, "h0") == before
 
 
-def test_disk_full_on_the_host(cli: Any, lab: SshLab, env: dict[str, Any], tmp_path: Path, ssh_options: SshOptions) -> None:
+def test_disk_full_on_the_host(
+    cli: Any, lab: SshLab, env: dict[str, Any], tmp_path: Path, ssh_options: SshOptions
+) -> None:
     if os.geteuid() != 0:
         pytest.skip("mounting a tmpfs needs root")
     full = tmp_path / "full"
     full.mkdir()
-    t = ssh_transport("h2", resolve("h2", ssh_options), ssh_options)  # mounted on the host: it has its own mount namespace
+    t = ssh_transport(
+        "h2", resolve("h2", ssh_options), ssh_options
+    )  # mounted on the host: it has its own mount namespace
     t.run(["mount", "-t", "tmpfs", "-o", "size=8k", "tmpfs", str(full)])
     try:
         inventory = tmp_path / "hosts-full.yaml"
-        inventory.write_text(Path(env["inventory"]).read_text().replace(f"root: {lab.hosts['h2'].root}", f"root: {full}"))
-        result = cli("--json", "deploy", env["v1"], "--hosts", "h2", "--inventory", str(inventory), "--ssh-config", str(lab.ssh_config))
+        inventory.write_text(
+            Path(env["inventory"]).read_text().replace(f"root: {lab.hosts['h2'].root}", f"root: {full}")
+        )
+        result = cli(
+            "--json",
+            "deploy",
+            env["v1"],
+            "--hosts",
+            "h2",
+            "--inventory",
+            str(inventory),
+            "--ssh-config",
+            str(lab.ssh_config),
+        )
         assert result.code == 3
         [row] = result.json()["hosts"]
         assert "No space left on device" in row["detail"]
@@ -158,21 +213,31 @@ def test_latency_and_packet_loss_on_one_host(cli: Any, lab: SshLab, env: dict[st
     h2 = lab.hosts["h2"]
     proxy = DelayProxy((h2.address, h2.port), 0.2)  # 200 ms each way in front of its sshd
     assert h2.namespace is not None
-    rules = ["nft add table inet specctl", "nft add chain inet specctl input { type filter hook input priority 0 ; }",
-             "nft add rule inet specctl input numgen random mod 100 < 5 drop"]  # 5 % of packets into the host
+    rules = [
+        "nft add table inet specctl",
+        "nft add chain inet specctl input { type filter hook input priority 0 ; }",
+        "nft add rule inet specctl input numgen random mod 100 < 5 drop",
+    ]  # 5 % of packets into the host
     for rule in rules:
         subprocess.run(["ip", "netns", "exec", h2.namespace, *rule.split()], check=True)
     try:
         config = tmp_path / "ssh_config"
-        config.write_text(lab.ssh_config.read_text().replace(f"HostName {h2.address}\n  Port {h2.port}",
-                                                              f"HostName 127.0.0.1\n  Port {proxy.port}"))
+        config.write_text(
+            lab.ssh_config.read_text().replace(
+                f"HostName {h2.address}\n  Port {h2.port}", f"HostName 127.0.0.1\n  Port {proxy.port}"
+            )
+        )
         known = lab.known_hosts.read_text()
         (tmp_path / "known").write_text(known + f"[127.0.0.1]:{proxy.port} ssh-ed25519 {h2.host_key_pub}\n")
         config.write_text(config.read_text().replace(str(lab.known_hosts), str(tmp_path / "known")))
         start = time.monotonic()
         inventory = tmp_path / "hosts-slow.yaml"  # SSH through the proxy; HTTP straight to the host
-        inventory.write_text(Path(env["inventory"]).read_text().replace("  h2:\n", f"  h2:\n    address: {h2.address}\n"))
-        result = cli("--json", "deploy", env["v1"], "--hosts", "h2", "--inventory", str(inventory), "--ssh-config", str(config))
+        inventory.write_text(
+            Path(env["inventory"]).read_text().replace("  h2:\n", f"  h2:\n    address: {h2.address}\n")
+        )
+        result = cli(
+            "--json", "deploy", env["v1"], "--hosts", "h2", "--inventory", str(inventory), "--ssh-config", str(config)
+        )
         assert result.code == 0, result.stdout + result.stderr
         assert time.monotonic() - start > 2  # the latency was really there
     finally:

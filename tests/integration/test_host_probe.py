@@ -16,7 +16,6 @@ import yaml
 from specctl.flows import static
 from specctl.flows.host_probe import probe_fleet
 from specctl.hosts.ssh import SshOptions, resolve, ssh_transport
-from tests.engines.sglang.conftest import sglang_python  # noqa: F401 - the fixture
 from tests.integration.sshd import SshLab
 
 pytestmark = pytest.mark.conformance
@@ -28,7 +27,9 @@ def llama_profile(tmp_path: Path, python: str) -> Path:
     """The Llama example with its engine interpreter the sglang CPU environment, on the lab's hosts."""
     (tmp_path / "profiles").mkdir()
     (tmp_path / "manifests").mkdir()
-    (tmp_path / "manifests" / "llama-3.1-8b-eagle3.yaml").write_text((ROOT / "manifests" / "llama-3.1-8b-eagle3.yaml").read_text())
+    (tmp_path / "manifests" / "llama-3.1-8b-eagle3.yaml").write_text(
+        (ROOT / "manifests" / "llama-3.1-8b-eagle3.yaml").read_text()
+    )
     data = yaml.safe_load((ROOT / "profiles" / "llama-3.1-8b-b200.yaml").read_text())
     data["engine"]["python"] = python
     data["hosts"] = list(HOSTS)
@@ -39,8 +40,15 @@ def llama_profile(tmp_path: Path, python: str) -> Path:
 
 def patched_llama(python: str, tmp_path: Path) -> tuple[str, Path]:
     """sglang's llama.py with the +1 of its EAGLE-3 setter removed: a local patch nobody wrote down."""
-    original = subprocess.run([python, "-c", "import importlib.util as u; print(u.find_spec('sglang').submodule_search_locations[0])"],
-                              capture_output=True, text=True, check=True).stdout.strip() + "/srt/models/llama.py"
+    original = (
+        subprocess.run(
+            [python, "-c", "import importlib.util as u; print(u.find_spec('sglang').submodule_search_locations[0])"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+        + "/srt/models/llama.py"
+    )
     text = Path(original).read_text()
     setter = text.index("def set_eagle3_layers_to_capture")
     patched, count = re.subn(r"\[val \+ 1 for val in layer_ids\]", "[val for val in layer_ids]", text[setter:], count=1)
@@ -50,8 +58,9 @@ def patched_llama(python: str, tmp_path: Path) -> tuple[str, Path]:
     return original, tmp_path / "llama.py"
 
 
-def test_one_probe_per_build_and_the_patched_host_is_named(lab: SshLab, sglang_python: str, hub_env: Path, tmp_path: Path,
-                                                           cli: Any) -> None:
+def test_one_probe_per_build_and_the_patched_host_is_named(
+    lab: SshLab, sglang_python: str, hub_env: Path, tmp_path: Path, cli: Any
+) -> None:
     if lab.hosts["h2"].namespace is None:
         pytest.skip("a host's own sglang file needs a mount namespace of its own")
     profile = llama_profile(tmp_path, sglang_python)
@@ -79,8 +88,13 @@ def test_one_probe_per_build_and_the_patched_host_is_named(lab: SshLab, sglang_p
         again = probe_fleet(inputs, transports, sglang_python, cache=cache)
         assert again.probed == 0 and again.disagreement() == said  # nothing changed: answered from the cache
 
-        common = ["--inventory", str(lab.inventory(tmp_path / "hosts.yaml", sglang_python)), "--ssh-config", str(lab.ssh_config),
-                  "--offline"]
+        common = [
+            "--inventory",
+            str(lab.inventory(tmp_path / "hosts.yaml", sglang_python)),
+            "--ssh-config",
+            str(lab.ssh_config),
+            "--offline",
+        ]
         on_h2 = cli("--json", "check", str(profile), "--on", "h2", *common)
         codes = {f["code"] for f in on_h2.json()["findings"]}
         assert "probe-disagrees" in codes and "host-engines" in codes, on_h2.stdout
@@ -89,7 +103,9 @@ def test_one_probe_per_build_and_the_patched_host_is_named(lab: SshLab, sglang_p
         assert "probe-agrees" in codes and "probe-disagrees" not in codes, on_h0.stdout
 
         refused = cli("deploy", str(profile), "--dry-run", *common)  # before anything is read or stopped on a host
-        assert refused.code == 1 and "host-engines-disagree" in refused.stderr and "h2" in refused.stderr, refused.stderr
+        assert refused.code == 1 and "host-engines-disagree" in refused.stderr and "h2" in refused.stderr, (
+            refused.stderr
+        )
     finally:
         host.binds = {}
         lab.stop_sshd(host)

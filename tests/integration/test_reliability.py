@@ -26,7 +26,7 @@ PORT = 31700
 NAME = "tiny-llama-demo"
 
 # an HTTP server that says 200 to everything with a body that is not JSON: "healthy", and useless
-FAKE_ENGINE = '''#!{python}
+FAKE_ENGINE = """#!{python}
 import sys
 from http.server import BaseHTTPRequestHandler, HTTPServer
 port = int(sys.argv[sys.argv.index("--port") + 1])
@@ -42,14 +42,14 @@ class H(BaseHTTPRequestHandler):
         pass
 print("fake engine: fired up and ready to roll", flush=True)
 HTTPServer(("0.0.0.0", port), H).serve_forever()
-'''
+"""
 
 
 @pytest.fixture
 def env(lab: SshLab, tmp_path: Path) -> Iterator[dict[str, Any]]:
     setup = lab_profile(lab, tmp_path, PORT)
     slow = tmp_path / "slow-python"
-    slow.write_text(f"#!/bin/sh\nsleep 6\nexec {sys.executable} \"$@\"\n")
+    slow.write_text(f'#!/bin/sh\nsleep 6\nexec {sys.executable} "$@"\n')
     slow.chmod(0o755)
     fake = tmp_path / "fake-engine"
     fake.write_text(FAKE_ENGINE.format(python=sys.executable))
@@ -61,8 +61,12 @@ def env(lab: SshLab, tmp_path: Path) -> Iterator[dict[str, Any]]:
 def variant(env: dict[str, Any], version: int, **engine: Any) -> str:
     """v1 with another version number and engine fields."""
     path = Path(env["tmp"]) / "profiles" / f"v{version}.yaml"
-    body: dict[str, Any] = {"apiVersion": "specctl/v1", "kind": "Profile", "extends": "tiny-llama-v1.yaml",
-                            "metadata": {"name": NAME, "version": version}}
+    body: dict[str, Any] = {
+        "apiVersion": "specctl/v1",
+        "kind": "Profile",
+        "extends": "tiny-llama-v1.yaml",
+        "metadata": {"name": NAME, "version": version},
+    }
     if engine:
         body["engine"] = engine
     path.write_text(yaml.safe_dump(body))
@@ -118,7 +122,9 @@ def test_connection_lost_during_readiness_and_back(cli: Any, lab: SshLab, env: d
     common = [*env["common"], "--hosts", "h0", "--ledger", env["ledger"]]
     assert cli("deploy", env["v1"], "--no-verify", *common).code == 0
     before = release_ids(lab, "h0")
-    worker, out = in_background(lambda: cli("--json", "deploy", variant(env, 2, python=env["slow"]), "--no-verify", *common))
+    worker, out = in_background(
+        lambda: cli("--json", "deploy", variant(env, 2, python=env["slow"]), "--no-verify", *common)
+    )
     wait_for(new_release_started(lab, "h0", before), 30, "the new server to start")
     lab.kill_sshd(lab.hosts["h0"])  # while the deploy polls readiness
     time.sleep(2)
@@ -132,7 +138,8 @@ def test_connection_lost_during_readiness_and_back(cli: Any, lab: SshLab, env: d
     assert state["running"] and state["healthy"]
     events = cli("--json", "show", row["release"], "--ledger", env["ledger"]).json()["events"]
     assert [(e["host"], e["stage"], e["event"]) for e in events if e["event"] != "began"] == [
-        ("h0", stage, "ended") for stage in ("preflight", "materialise", "stop-previous", "start", "ready", "switch")]
+        ("h0", stage, "ended") for stage in ("preflight", "materialise", "stop-previous", "start", "ready", "switch")
+    ]
     shown = cli("show", row["release"], "--ledger", env["ledger"])
     assert shown.code == 0 and "stages" in shown.stdout and "stop-previous" in shown.stdout
 
@@ -142,8 +149,11 @@ def test_connection_lost_for_good_leaves_no_untracked_server(cli: Any, lab: SshL
     assert cli("deploy", env["v1"], "--no-verify", *common).code == 0
     previous = current(lab, "h1")
     before = release_ids(lab, "h1")
-    worker, out = in_background(lambda: cli("--json", "deploy", variant(env, 2, python=env["slow"]), "--no-verify",
-                                            "--startup-timeout", "8", *common))
+    worker, out = in_background(
+        lambda: cli(
+            "--json", "deploy", variant(env, 2, python=env["slow"]), "--no-verify", "--startup-timeout", "8", *common
+        )
+    )
     wait_for(new_release_started(lab, "h1", before), 30, "the new server to start")
     lab.kill_sshd(lab.hosts["h1"])  # and it stays down until the deploy gave up
     worker.join(timeout=180)
@@ -153,16 +163,24 @@ def test_connection_lost_for_good_leaves_no_untracked_server(cli: Any, lab: SshL
     assert not row["ok"] and "undoing" in row["detail"] and "cannot connect" in row["detail"]
     run = cli("--json", "runs", "--ledger", env["ledger"], "--kind", "deploy").json()["runs"][-1]["id"]
     events = {(e["stage"], e["event"]) for e in cli("--json", "show", run, "--ledger", env["ledger"]).json()["events"]}
-    assert {("start", "undo-failed"), ("stop-previous", "undo-failed")} <= events  # recorded: the host could not be put back
+    assert {
+        ("start", "undo-failed"),
+        ("stop-previous", "undo-failed"),
+    } <= events  # recorded: the host could not be put back
     lab.start_sshd(lab.hosts["h1"])
     [new] = release_ids(lab, "h1") - before
     state = status_of(cli, env, "h1")
-    assert state["current"] == previous and not state["running"]  # the previous server was stopped, the switch never came
+    assert (
+        state["current"] == previous and not state["running"]
+    )  # the previous server was stopped, the switch never came
     stray = [s for s in state["servers"] if not s["current"]]
     if stray:  # the new server still runs, tracked: status names it and when it stops itself
         assert [s["release"] for s in stray] == [new] and stray[0]["confirm_by"]
         wait_for(lambda: not status_of(cli, env, "h1")["servers"], 60, "the unconfirmed server to stop itself")
-        assert "was not made current by its deadline" in (lab.hosts["h1"].root / NAME / "releases" / new / "server.log").read_text()
+        assert (
+            "was not made current by its deadline"
+            in (lab.hosts["h1"].root / NAME / "releases" / new / "server.log").read_text()
+        )
     state = assert_invariant(cli, env, lab, "h1")
     assert not state["running"] and "not running" in state["state"]
     # the lock could not be released on a host that was gone; its holder here is this very test process
@@ -173,7 +191,9 @@ def test_connection_lost_for_good_leaves_no_untracked_server(cli: Any, lab: SshL
     assert again.code == 0, again.stdout + again.stderr
 
 
-def test_a_health_answer_that_is_not_json_is_a_failed_verify_and_rolled_back(cli: Any, lab: SshLab, env: dict[str, Any]) -> None:
+def test_a_health_answer_that_is_not_json_is_a_failed_verify_and_rolled_back(
+    cli: Any, lab: SshLab, env: dict[str, Any]
+) -> None:
     common = [*env["common"], "--hosts", "h2", "--ledger", env["ledger"]]
     good = cli("--json", "deploy", env["v1"], *common)
     assert good.code == 0, good.stdout + good.stderr
@@ -193,7 +213,9 @@ def test_rollback_is_refused_while_a_deploy_holds_the_lock(cli: Any, lab: SshLab
     assert first.code == 0
     target = first.json()["hosts"][0]["release"]
     before = release_ids(lab, "h0")
-    worker, out = in_background(lambda: cli("--json", "deploy", variant(env, 2, python=env["slow"]), "--no-verify", *common))
+    worker, out = in_background(
+        lambda: cli("--json", "deploy", variant(env, 2, python=env["slow"]), "--no-verify", *common)
+    )
     wait_for(new_release_started(lab, "h0", before), 30, "the new server to start")
     refused = cli("--json", "rollback", NAME, "--to", target, *common)
     assert refused.code == 3, refused.stdout + refused.stderr
@@ -207,14 +229,22 @@ def test_unlock_refuses_a_live_holder_unless_forced(cli: Any, lab: SshLab, env: 
     common = [*env["common"], "--hosts", "h1", "--ledger", env["ledger"]]
     base = lab.hosts["h1"].root / NAME
     base.mkdir(parents=True, exist_ok=True)
-    me = {"user": "ci", "machine": socket.gethostname(), "pid": os.getpid(), "run_id": "x", "command": "specctl deploy",
-          "since": "2026-11-30T10:00:00Z"}
+    me = {
+        "user": "ci",
+        "machine": socket.gethostname(),
+        "pid": os.getpid(),
+        "run_id": "x",
+        "command": "specctl deploy",
+        "since": "2026-11-30T10:00:00Z",
+    }
     (base / "lock").write_text(json.dumps(me))
     refused = cli("unlock", env["v1"], *common)
     assert refused.code == 3 and "its process is running" in refused.stderr and (base / "lock").exists()
     forced = cli("unlock", env["v1"], "--force", *common)
     assert forced.code == 0 and not (base / "lock").exists()
-    gone = subprocess.run(["sh", "-c", "echo $$"], capture_output=True, text=True).stdout.strip()  # a pid that has exited
+    gone = subprocess.run(
+        ["sh", "-c", "echo $$"], capture_output=True, text=True
+    ).stdout.strip()  # a pid that has exited
     (base / "lock").write_text(json.dumps({**me, "pid": int(gone)}))
     stale = cli("unlock", env["v1"], *common)
     assert stale.code == 0 and "its process is gone" in stale.stdout and not (base / "lock").exists()
@@ -247,14 +277,25 @@ def test_stop_finds_a_server_that_current_does_not_name(cli: Any, lab: SshLab, e
     wait_for(lambda: status_of(cli, env, "h0")["servers"] == [], 10, "the stopped server to be gone")
 
 
-def test_a_deleted_current_release_does_not_hide_the_deploys_own_failure(cli: Any, lab: SshLab, env: dict[str, Any]) -> None:
+def test_a_deleted_current_release_does_not_hide_the_deploys_own_failure(
+    cli: Any, lab: SshLab, env: dict[str, Any]
+) -> None:
     common = [*env["common"], "--hosts", "h1", "--ledger", env["ledger"]]
     assert cli("deploy", env["v1"], "--no-verify", *common).code == 0
     old = current(lab, "h1")
     subprocess.run(["rm", "-rf", str(lab.hosts["h1"].root / NAME / "releases" / old)], check=True)
     broken = Path(env["tmp"]) / "profiles" / "broken.yaml"
-    broken.write_text(yaml.safe_dump({"apiVersion": "specctl/v1", "kind": "Profile", "extends": "tiny-llama-v1.yaml",
-                                      "metadata": {"name": NAME, "version": 9}, "drafter": {"layer_ids": [1, 3, 9]}}))
+    broken.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "specctl/v1",
+                "kind": "Profile",
+                "extends": "tiny-llama-v1.yaml",
+                "metadata": {"name": NAME, "version": 9},
+                "drafter": {"layer_ids": [1, 3, 9]},
+            }
+        )
+    )
     result = cli("--json", "deploy", str(broken), "--skip-check", *common)
     assert result.code == 3, result.stdout + result.stderr
     [row] = result.json()["hosts"]
@@ -265,22 +306,35 @@ def test_a_deleted_current_release_does_not_hide_the_deploys_own_failure(cli: An
     assert state["servers"] == [] and not state["running"]  # the old server (its files gone) was found and stopped
 
 
-def test_a_ledger_that_fills_up_mid_deploy_leaves_the_host_on_its_previous_release(cli: Any, tmp_path: Path,
-                                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_ledger_that_fills_up_mid_deploy_leaves_the_host_on_its_previous_release(
+    cli: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("HOME", str(tmp_path / "home"))  # the local host's state root is ~/.specctl
     if os.geteuid() != 0:
         pytest.skip("mounting a tmpfs needs root")
     full = tmp_path / "ledger-fs"
     full.mkdir()
-    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(full)], capture_output=True).returncode != 0:
+    if (
+        subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(full)], capture_output=True).returncode
+        != 0
+    ):
         pytest.skip("cannot mount a tmpfs here")
     v1, _ = write_inputs(tmp_path / "work", PORT + 1)  # the local host, no SSH: the ledger is the fault here
     slow = tmp_path / "slow-python"
-    slow.write_text(f"#!/bin/sh\nsleep 4\nexec {sys.executable} \"$@\"\n")
+    slow.write_text(f'#!/bin/sh\nsleep 4\nexec {sys.executable} "$@"\n')
     slow.chmod(0o755)
     v2 = v1.parent / "v2.yaml"
-    v2.write_text(yaml.safe_dump({"apiVersion": "specctl/v1", "kind": "Profile", "extends": v1.name,
-                                  "metadata": {"name": NAME, "version": 2}, "engine": {"python": str(slow)}}))
+    v2.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "specctl/v1",
+                "kind": "Profile",
+                "extends": v1.name,
+                "metadata": {"name": NAME, "version": 2},
+                "engine": {"python": str(slow)},
+            }
+        )
+    )
     ledger = full / "ledger.db"
     root = Path.home() / ".specctl" / NAME
     try:
@@ -289,9 +343,14 @@ def test_a_ledger_that_fills_up_mid_deploy_leaves_the_host_on_its_previous_relea
         good = first.json()["hosts"][0]["release"]
         before = {p.name for p in (root / "releases").iterdir()}
         worker, out = in_background(lambda: cli("deploy", str(v2), "--no-verify", "--ledger", str(ledger)))
-        wait_for(lambda: any((p / "server.pid").exists() for p in (root / "releases").iterdir() if p.name not in before), 30,
-                 "the new server to start")
-        subprocess.run(["dd", "if=/dev/zero", f"of={full / 'filler'}", "bs=64k"], capture_output=True)  # until the disk is full
+        wait_for(
+            lambda: any((p / "server.pid").exists() for p in (root / "releases").iterdir() if p.name not in before),
+            30,
+            "the new server to start",
+        )
+        subprocess.run(
+            ["dd", "if=/dev/zero", f"of={full / 'filler'}", "bs=64k"], capture_output=True
+        )  # until the disk is full
         worker.join(timeout=120)
         [result] = out
         assert result.code == 2, result.stdout + result.stderr  # the ledger's error, named

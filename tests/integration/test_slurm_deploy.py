@@ -32,8 +32,15 @@ PORT = 31950  # in each node's own network namespace
 
 
 def cluster_inventory(path: Path, slurm: SlurmLab, **extra: Any) -> Path:
-    cluster = {"kind": "slurm", "login": "local", "root": str(slurm.shared_dir / "specctl"), "gres": "gpu:2",
-               "python": sys.executable, "env": {"SLURM_CONF": str(slurm.conf_path)}, **extra}
+    cluster = {
+        "kind": "slurm",
+        "login": "local",
+        "root": str(slurm.shared_dir / "specctl"),
+        "gres": "gpu:2",
+        "python": sys.executable,
+        "env": {"SLURM_CONF": str(slurm.conf_path)},
+        **extra,
+    }
     path.write_text(yaml.safe_dump({"apiVersion": "specctl/v1", "kind": "Inventory", "clusters": {"lab": cluster}}))
     return path
 
@@ -52,10 +59,15 @@ def on_cluster(profile: Path, name: str, **changes: Any) -> None:
 
 def jobs(slurm: SlurmLab, profile: str) -> dict[str, str]:
     """run id -> job state, for the profile's jobs squeue lists (COMPLETING ones are gone: Slurm cleans up)."""
-    out = slurm.run("squeue", "-h", "-t", "PENDING,RUNNING,CONFIGURING,SUSPENDED", "-o", "%j %T", check=True).stdout.split("\n")
+    out = slurm.run(
+        "squeue", "-h", "-t", "PENDING,RUNNING,CONFIGURING,SUSPENDED", "-o", "%j %T", check=True
+    ).stdout.split("\n")
     prefix = job_name(profile, "")
-    return {name.removeprefix(prefix): state for name, state in (line.split() for line in out if line.strip())
-            if name.startswith(prefix)}
+    return {
+        name.removeprefix(prefix): state
+        for name, state in (line.split() for line in out if line.strip())
+        if name.startswith(prefix)
+    }
 
 
 @pytest.fixture
@@ -67,8 +79,9 @@ def scenario(tmp_path: Path, slurm: SlurmLab) -> tuple[Path, Path, list[str]]:
     return v1, v2, ["--inventory", str(inventory), "--ledger", str(tmp_path / "ledger.db")]
 
 
-def test_v1_verified_v2_refused_while_v1_serves_on_then_rollback(cli: Any, slurm: SlurmLab,
-                                                                  scenario: tuple[Path, Path, list[str]]) -> None:
+def test_v1_verified_v2_refused_while_v1_serves_on_then_rollback(
+    cli: Any, slurm: SlurmLab, scenario: tuple[Path, Path, list[str]]
+) -> None:
     v1, v2, common = scenario
     on_cluster(v1, "slurm-demo", verify={"min_speedup": 0.5})
     first = cli("--json", "deploy", str(v1), *common)  # with a baseline: a job of its own beside v1's, then cancelled
@@ -80,7 +93,9 @@ def test_v1_verified_v2_refused_while_v1_serves_on_then_rollback(cli: Any, slurm
     assert jobs(slurm, "slurm-demo") == {run1: "RUNNING"} and jobs(slurm, "slurm-demo-baseline") == {}
     shown = cli("--json", "show", run1, "--ledger", common[3]).json()
     facts = shown["host_records"][0]["facts"]
-    assert facts["disk_free_gib"] and facts["python"] and facts["host"] == "lab"  # gathered in the allocation, by the job
+    assert (
+        facts["disk_free_gib"] and facts["python"] and facts["host"] == "lab"
+    )  # gathered in the allocation, by the job
     release = slurm.shared_dir / "specctl" / "slurm-demo" / "releases" / run1
     assert (release / "allocation-facts.txt").read_text().startswith("disk_free_kib=")
     status = cli("--json", "status", str(v1), *common[:2]).json()["hosts"][0]
@@ -105,16 +120,25 @@ def test_v1_verified_v2_refused_while_v1_serves_on_then_rollback(cli: Any, slurm
 
 
 def test_a_job_that_cannot_start_or_be_placed_is_cancelled_and_the_old_one_serves(
-        cli: Any, slurm: SlurmLab, scenario: tuple[Path, Path, list[str]], tmp_path: Path) -> None:
+    cli: Any, slurm: SlurmLab, scenario: tuple[Path, Path, list[str]], tmp_path: Path
+) -> None:
     v1, _, common = scenario
     first = cli("--json", "deploy", str(v1), "--baseline", "skip", *common)
     assert first.code == 0, first.stdout + first.stderr
     run1 = first.json()["hosts"][0]["release"]
 
     broken = tmp_path / "profiles" / "tiny-llama-v3.yaml"  # the server refuses its environment at start-up
-    broken.write_text(yaml.safe_dump({"apiVersion": "specctl/v1", "kind": "Profile", "extends": "tiny-llama-v1.yaml",
-                                      "metadata": {"name": "slurm-demo", "version": 3},
-                                      "engine": {"env": {"SPECCTL_REFERENCE_ROOFLINE": "nonsense"}}}))
+    broken.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "specctl/v1",
+                "kind": "Profile",
+                "extends": "tiny-llama-v1.yaml",
+                "metadata": {"name": "slurm-demo", "version": 3},
+                "engine": {"env": {"SPECCTL_REFERENCE_ROOFLINE": "nonsense"}},
+            }
+        )
+    )
     failed = cli("--json", "deploy", str(broken), "--baseline", "skip", *common)
     assert failed.code != 0
     [host] = failed.json()["hosts"]
@@ -137,7 +161,12 @@ def test_a_job_that_cannot_start_or_be_placed_is_cancelled_and_the_old_one_serve
 def test_two_nodes_serve_one_two_rank_server(cli: Any, slurm: SlurmLab, tmp_path: Path) -> None:
     v1, _ = write_inputs(tmp_path, PORT + 1, gates=True)
     on_cluster(v1, "slurm-two", parallel={"tp": 1, "nnodes": 2, "dist_init_port": PORT + 2})
-    common = ["--inventory", str(cluster_inventory(tmp_path / "hosts.yaml", slurm)), "--ledger", str(tmp_path / "ledger.db")]
+    common = [
+        "--inventory",
+        str(cluster_inventory(tmp_path / "hosts.yaml", slurm)),
+        "--ledger",
+        str(tmp_path / "ledger.db"),
+    ]
     # tp 1 over 2 nodes is a check error (the reference engine runs tp 1 only): fine for the rehearsal of the ranks
     done = cli("--json", "deploy", str(v1), "--baseline", "skip", "--skip-check", *common)
     assert done.code == 0, done.stdout + done.stderr
@@ -164,10 +193,25 @@ def test_through_a_login_node_reached_over_ssh(cli: Any, slurm: SlurmLab, lab: S
     inventory = tmp_path / "hosts.yaml"
     lab.inventory(inventory, sys.executable)
     data = yaml.safe_load(inventory.read_text())
-    data["clusters"] = {"lab": {"kind": "slurm", "login": "h0", "root": str(slurm.shared_dir / "specctl-ssh"), "gres": "gpu:2",
-                                "python": sys.executable, "env": {"SLURM_CONF": str(slurm.conf_path)}}}
+    data["clusters"] = {
+        "lab": {
+            "kind": "slurm",
+            "login": "h0",
+            "root": str(slurm.shared_dir / "specctl-ssh"),
+            "gres": "gpu:2",
+            "python": sys.executable,
+            "env": {"SLURM_CONF": str(slurm.conf_path)},
+        }
+    }
     inventory.write_text(yaml.safe_dump(data))
-    common = ["--inventory", str(inventory), "--ssh-config", str(lab.ssh_config), "--ledger", str(tmp_path / "ledger.db")]
+    common = [
+        "--inventory",
+        str(inventory),
+        "--ssh-config",
+        str(lab.ssh_config),
+        "--ledger",
+        str(tmp_path / "ledger.db"),
+    ]
     dry = cli("deploy", str(v1), "--dry-run", *common)
     assert dry.code == 0, dry.stdout + dry.stderr
     [row] = cli("--json", "deploy", str(v1), "--dry-run", *common).json()["dry_run"]
@@ -183,6 +227,7 @@ def test_through_a_login_node_reached_over_ssh(cli: Any, slurm: SlurmLab, lab: S
 
 def _when_running(slurm: SlurmLab, profile: str, run_not: str, act: Callable[[str], None]) -> threading.Thread:
     """In the background: once a job of the profile other than `run_not`'s runs, `act` on its node."""
+
     def watch() -> None:
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
@@ -198,29 +243,38 @@ def _when_running(slurm: SlurmLab, profile: str, run_not: str, act: Callable[[st
     return thread
 
 
-def test_a_node_drained_mid_start_finishes_the_start_and_one_that_fails_cancels_it(cli: Any, slurm: SlurmLab,
-                                                                                    tmp_path: Path) -> None:
+def test_a_node_drained_mid_start_finishes_the_start_and_one_that_fails_cancels_it(
+    cli: Any, slurm: SlurmLab, tmp_path: Path
+) -> None:
     """Drain lets a running job finish (Slurm's meaning), so that deploy succeeds; a node that goes
     down under a starting job ends it, and the deploy fails while the old job serves on."""
     v1, _ = write_inputs(tmp_path, PORT + 4, gates=True)
     on_cluster(v1, "slurm-nodes")
-    inventory = cluster_inventory(tmp_path / "hosts.yaml", slurm, setup=["sleep 3"])  # a slow start: time to act on the node
+    inventory = cluster_inventory(
+        tmp_path / "hosts.yaml", slurm, setup=["sleep 3"]
+    )  # a slow start: time to act on the node
     common = ["--inventory", str(inventory), "--ledger", str(tmp_path / "ledger.db")]
     first = cli("--json", "deploy", str(v1), "--baseline", "skip", *common)
     assert first.code == 0, first.stdout + first.stderr
     run1 = first.json()["hosts"][0]["release"]
 
-    watcher = _when_running(slurm, "slurm-nodes", run1, lambda node: slurm.drain(node, "specctl test: drained mid-start"))
+    watcher = _when_running(
+        slurm, "slurm-nodes", run1, lambda node: slurm.drain(node, "specctl test: drained mid-start")
+    )
     second = cli("--json", "deploy", str(v1), "--baseline", "skip", *common)
     watcher.join()
     assert second.code == 0, second.stdout + second.stderr
     run2 = second.json()["hosts"][0]["release"]
-    assert jobs(slurm, "slurm-nodes") == {run2: "RUNNING"}  # the new job ran to ready on its draining node; run1's cancelled
+    assert jobs(slurm, "slurm-nodes") == {
+        run2: "RUNNING"
+    }  # the new job ran to ready on its draining node; run1's cancelled
     [drained] = [node for node, state in slurm.node_states().items() if "drain" in state]
     slurm.resume(drained)
 
     def down(node: str) -> None:
-        slurm.run("scontrol", "update", f"NodeName={node}", "State=DOWN", "Reason=specctl test: failed mid-start", check=True)
+        slurm.run(
+            "scontrol", "update", f"NodeName={node}", "State=DOWN", "Reason=specctl test: failed mid-start", check=True
+        )
 
     watcher = _when_running(slurm, "slurm-nodes", run2, down)
     third = cli("--json", "deploy", str(v1), "--baseline", "skip", "--startup-timeout", "10", *common)
@@ -232,8 +286,9 @@ def test_a_node_drained_mid_start_finishes_the_start_and_one_that_fails_cancels_
     assert cli("--json", "status", str(v1), *common[:2]).json()["hosts"][0]["current"] == run2
 
 
-def test_tune_refuses_a_cluster_before_submitting_anything(cli: Any, slurm: SlurmLab,
-                                                           scenario: tuple[Path, Path, list[str]]) -> None:
+def test_tune_refuses_a_cluster_before_submitting_anything(
+    cli: Any, slurm: SlurmLab, scenario: tuple[Path, Path, list[str]]
+) -> None:
     v1, _, common = scenario
     result = cli("tune", str(v1), "--host", "lab", *common)
     assert result.code == 2 and "is a Slurm cluster" in result.stderr, result.stdout + result.stderr
@@ -245,24 +300,43 @@ def test_two_roots_on_one_cluster_never_touch_each_others_jobs(cli: Any, slurm: 
     directories (squeue's %Z) do not, and that is what each entry goes by."""
     v1, _ = write_inputs(tmp_path, PORT + 5, gates=True)
     on_cluster(v1, "slurm-roots")
-    entry = {"kind": "slurm", "login": "local", "gres": "gpu:2", "python": sys.executable, "env": {"SLURM_CONF": str(slurm.conf_path)}}
+    entry = {
+        "kind": "slurm",
+        "login": "local",
+        "gres": "gpu:2",
+        "python": sys.executable,
+        "env": {"SLURM_CONF": str(slurm.conf_path)},
+    }
     inventory = tmp_path / "hosts.yaml"
-    inventory.write_text(yaml.safe_dump({"apiVersion": "specctl/v1", "kind": "Inventory", "clusters": {
-        "staging": {**entry, "root": str(slurm.shared_dir / "staging")}, "prod": {**entry, "root": str(slurm.shared_dir / "prod")}}}))
+    inventory.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "specctl/v1",
+                "kind": "Inventory",
+                "clusters": {
+                    "staging": {**entry, "root": str(slurm.shared_dir / "staging")},
+                    "prod": {**entry, "root": str(slurm.shared_dir / "prod")},
+                },
+            }
+        )
+    )
     common = ["--inventory", str(inventory), "--ledger", str(tmp_path / "ledger.db")]
     for entry_name in ("staging", "prod"):
         done = cli("--json", "deploy", str(v1), "--hosts", entry_name, "--baseline", "skip", *common)
         assert done.code == 0, done.stdout + done.stderr
     assert len(jobs(slurm, "slurm-roots")) == 2
-    status = {h["host"]: h for h in cli("--json", "status", str(v1), "--hosts", "staging,prod", *common[:2]).json()["hosts"]}
+    status = {
+        h["host"]: h for h in cli("--json", "status", str(v1), "--hosts", "staging,prod", *common[:2]).json()["hosts"]
+    }
     assert all(len(h["servers"]) == 1 and h["healthy"] is not None for h in status.values()), status
     assert cli("stop", str(v1), "--hosts", "staging", *common[:2]).code == 0
     [(run_id, state)] = jobs(slurm, "slurm-roots").items()
     assert state == "RUNNING" and (slurm.shared_dir / "prod" / "slurm-roots" / "releases" / run_id).is_dir()
 
 
-def test_compute_nodes_only_the_login_node_reaches_are_served_through_a_tunnel(cli: Any, slurm: SlurmLab, lab: SshLab,
-                                                                                tmp_path: Path) -> None:
+def test_compute_nodes_only_the_login_node_reaches_are_served_through_a_tunnel(
+    cli: Any, slurm: SlurmLab, lab: SshLab, tmp_path: Path
+) -> None:
     """This machine may not open the servers' port on the compute nodes (an nftables rule on its own
     output; the login node's traffic is forwarded, not output, so it still gets through): with
     `tunnel: true`, readiness, verify and status go through the login node's SSH connection."""
@@ -271,25 +345,49 @@ def test_compute_nodes_only_the_login_node_reaches_are_served_through_a_tunnel(c
     port = PORT + 6
     table = f"specctl_tunnel_{os.getpid()}"
     nodes = ", ".join(node.address for node in slurm.nodes.values())
-    subprocess.run(["nft", "-f", "-"], check=True, input=(
-        f"table inet {table} {{\n chain out {{\n  type filter hook output priority 0;\n"
-        f"  ip daddr {{ {nodes} }} tcp dport {port} reject\n }}\n}}\n").encode())
+    subprocess.run(
+        ["nft", "-f", "-"],
+        check=True,
+        input=(
+            f"table inet {table} {{\n chain out {{\n  type filter hook output priority 0;\n"
+            f"  ip daddr {{ {nodes} }} tcp dport {port} reject\n }}\n}}\n"
+        ).encode(),
+    )
     try:
         v1, _ = write_inputs(tmp_path, port, gates=True)
         on_cluster(v1, "slurm-tunnel")
         inventory = tmp_path / "hosts.yaml"
         lab.inventory(inventory, sys.executable)
         data = yaml.safe_load(inventory.read_text())
-        data["clusters"] = {"lab": {"kind": "slurm", "login": "h0", "root": str(slurm.shared_dir / "specctl-tunnel"),
-                                    "gres": "gpu:2", "python": sys.executable, "tunnel": True,
-                                    "env": {"SLURM_CONF": str(slurm.conf_path)}}}
+        data["clusters"] = {
+            "lab": {
+                "kind": "slurm",
+                "login": "h0",
+                "root": str(slurm.shared_dir / "specctl-tunnel"),
+                "gres": "gpu:2",
+                "python": sys.executable,
+                "tunnel": True,
+                "env": {"SLURM_CONF": str(slurm.conf_path)},
+            }
+        }
         inventory.write_text(yaml.safe_dump(data))
-        common = ["--inventory", str(inventory), "--ssh-config", str(lab.ssh_config), "--ledger", str(tmp_path / "ledger.db")]
+        common = [
+            "--inventory",
+            str(inventory),
+            "--ssh-config",
+            str(lab.ssh_config),
+            "--ledger",
+            str(tmp_path / "ledger.db"),
+        ]
         done = cli("--json", "deploy", str(v1), "--baseline", "skip", *common)
         assert done.code == 0, done.stdout + done.stderr
         assert done.json()["hosts"][0]["verdict"]["passed"]
         [run_id] = jobs(slurm, "slurm-tunnel")
-        head = (slurm.shared_dir / "specctl-tunnel" / "slurm-tunnel" / "releases" / run_id / "head-address").read_text().split()[1]
+        head = (
+            (slurm.shared_dir / "specctl-tunnel" / "slurm-tunnel" / "releases" / run_id / "head-address")
+            .read_text()
+            .split()[1]
+        )
         with pytest.raises(OSError):  # the rule holds: only the tunnel reached it
             socket.create_connection((head, port), timeout=2).close()
         assert cli("--json", "status", str(v1), *common[:4]).json()["hosts"][0]["healthy"]

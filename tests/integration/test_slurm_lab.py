@@ -42,10 +42,13 @@ def test_cluster_up_with_node_addresses(slurm: SlurmLab) -> None:
 def test_two_node_step_runs_once_on_each_node(slurm: SlurmLab) -> None:
     out = slurm.shared_dir / "two-node"
     out.mkdir()
-    step = ('echo "$SLURM_NODEID $SLURM_JOB_NODELIST $SLURMD_NODENAME $(hostname) $(hostname -I) '
-            f'$(getent hosts sn1 | cut -d" " -f1)" > {out}/node-$SLURM_NODEID.txt')
-    job = slurm.sbatch("-N2", "--ntasks-per-node=1", f"--output={out}/job.out",
-                       script=f"#!/bin/sh\nsrun sh -c '{step}'\n")
+    step = (
+        'echo "$SLURM_NODEID $SLURM_JOB_NODELIST $SLURMD_NODENAME $(hostname) $(hostname -I) '
+        f'$(getent hosts sn1 | cut -d" " -f1)" > {out}/node-$SLURM_NODEID.txt'
+    )
+    job = slurm.sbatch(
+        "-N2", "--ntasks-per-node=1", f"--output={out}/job.out", script=f"#!/bin/sh\nsrun sh -c '{step}'\n"
+    )
     record = slurm.wait_job(job)
     assert record["JobState"] == "COMPLETED", (out / "job.out").read_text()
     assert record["NodeList"] == "sn[0-1]"
@@ -57,8 +60,9 @@ def test_two_node_step_runs_once_on_each_node(slurm: SlurmLab) -> None:
     assert rows == {"0": ("sn[0-1]", "sn0", "sn0", sn0, sn1), "1": ("sn[0-1]", "sn1", "sn1", sn1, sn1)}
 
     # a client's way from a job to its head node's address: the node list, expanded, then NodeAddr
-    nodelist = slurm.run("squeue", "-h", "-j", job, "-t", "all", "-o", "%N", check=True).stdout.strip() \
-        or record["NodeList"]
+    nodelist = (
+        slurm.run("squeue", "-h", "-j", job, "-t", "all", "-o", "%N", check=True).stdout.strip() or record["NodeList"]
+    )
     head = slurm.run("scontrol", "show", "hostnames", nodelist, check=True).stdout.split()[0]
     node = slurm.run("scontrol", "show", "node", head, check=True).stdout
     assert head == "sn0" and f"NodeAddr={sn0} " in node
@@ -68,8 +72,16 @@ def test_job_server_is_reached_at_its_node_address_until_cancelled(slurm: SlurmL
     (slurm.shared_dir / "served").mkdir()
     (slurm.shared_dir / "served" / "marker.txt").write_text("from the job\n")
     address = slurm.node_address("sn0")
-    job = slurm.sbatch("-w", "sn0", "-N1", f"--output={tmp_path}/server.out", script=(
-        f"#!/bin/sh\nexec {sys.executable} -m http.server --bind {address} {PORT} --directory {slurm.shared_dir / 'served'}\n"))
+    job = slurm.sbatch(
+        "-w",
+        "sn0",
+        "-N1",
+        f"--output={tmp_path}/server.out",
+        script=(
+            f"#!/bin/sh\nexec {sys.executable} -m http.server --bind {address} {PORT} "
+            f"--directory {slurm.shared_dir / 'served'}\n"
+        ),
+    )
     assert slurm.wait_job(job, {"RUNNING"})["NodeList"] == "sn0"
     deadline = time.monotonic() + 20
     while True:
@@ -112,8 +124,9 @@ def test_final_states_stay_readable(slurm: SlurmLab, tmp_path: Path) -> None:
     ok = slurm.sbatch("-N1", f"--output={tmp_path}/ok.out", script="#!/bin/sh\ntrue\n")
     failed = slurm.sbatch("-N1", f"--output={tmp_path}/failed.out", script="#!/bin/sh\nexit 3\n")
     started = tmp_path / "started"
-    cancelled = slurm.sbatch("-N1", f"--output={tmp_path}/cancelled.out",
-                             script=f"#!/bin/sh\ntouch {started}\nexec sleep 300\n")
+    cancelled = slurm.sbatch(
+        "-N1", f"--output={tmp_path}/cancelled.out", script=f"#!/bin/sh\ntouch {started}\nexec sleep 300\n"
+    )
     deadline = time.monotonic() + 15
     while not started.exists():
         assert time.monotonic() < deadline, slurm.job(cancelled)
@@ -131,16 +144,21 @@ def test_final_states_stay_readable(slurm: SlurmLab, tmp_path: Path) -> None:
 
     # no slurmdbd: plain sacct refuses, sacct --completion reads the job-completion file
     assert "accounting storage is disabled" in slurm.run("sacct").stderr
-    out = slurm.run("sacct", "--completion", "-j", ",".join(expected), "-o", "JobID,State,ExitCode", "-n", "-P",
-                    check=True).stdout
+    out = slurm.run(
+        "sacct", "--completion", "-j", ",".join(expected), "-o", "JobID,State,ExitCode", "-n", "-P", check=True
+    ).stdout
     rows = {line.split("|")[0]: tuple(line.split("|")[1:]) for line in out.splitlines() if line.strip()}
     # the file is written when slurmctld ends the job, before the script's signal is known: 0:0 there
     assert rows == {**expected, cancelled: ("CANCELLED", "0:0")}
 
 
 def test_gpus_are_counted_and_scheduled(slurm: SlurmLab, tmp_path: Path) -> None:
-    job = slurm.sbatch("-N2", "--gres=gpu:2", f"--output={tmp_path}/gpu.out",
-                       script='#!/bin/sh\nsrun sh -c \'echo "$SLURMD_NODENAME $CUDA_VISIBLE_DEVICES"\'\n')
+    job = slurm.sbatch(
+        "-N2",
+        "--gres=gpu:2",
+        f"--output={tmp_path}/gpu.out",
+        script="#!/bin/sh\nsrun sh -c 'echo \"$SLURMD_NODENAME $CUDA_VISIBLE_DEVICES\"'\n",
+    )
     assert slurm.wait_job(job)["JobState"] == "COMPLETED"
     assert sorted((tmp_path / "gpu.out").read_text().splitlines()) == ["sn0 0,1", "sn1 0,1"]
     too_many = slurm.run("sbatch", "-N1", "--gres=gpu:3", "--wrap=true")

@@ -33,8 +33,13 @@ def test_run_put_read_and_start(lab: SshLab, ssh_options: SshOptions) -> None:
     root = str(lab.hosts["h0"].root)
     t.put(f"{root}/file.txt", b"contents\n")
     assert t.read(f"{root}/file.txt") == b"contents\n" and t.read(f"{root}/missing") is None
-    pid = t.start(["sh", "-c", 'echo "secret=$SECRET"; sleep 30'], cwd=root, log=f"{root}/log", pidfile=f"{root}/pid",
-                  env={"SECRET": "s3cr3t with 'quotes' and $dollars"})
+    pid = t.start(
+        ["sh", "-c", 'echo "secret=$SECRET"; sleep 30'],
+        cwd=root,
+        log=f"{root}/log",
+        pidfile=f"{root}/pid",
+        env={"SECRET": "s3cr3t with 'quotes' and $dollars"},
+    )
     time.sleep(0.5)
     assert t.read(f"{root}/log") == b"secret=s3cr3t with 'quotes' and $dollars\n"
     assert t.read(f"{root}/pid") == f"{pid}\n".encode()
@@ -77,20 +82,30 @@ def test_changed_host_key_always_refused(lab: SshLab, tmp_path: Path) -> None:
     config.write_text(lab.ssh_config.read_text().replace(str(lab.known_hosts), str(known)))
     for accept in (False, True):
         with pytest.raises(HostError) as info:
-            transport(lab, "h1", SshOptions(config_path=str(config), connect_timeout_s=5, accept_new_host_key=accept)).run(["true"])
+            transport(
+                lab, "h1", SshOptions(config_path=str(config), connect_timeout_s=5, accept_new_host_key=accept)
+            ).run(["true"])
         assert "CHANGED" in info.value.message and info.value.message.count("SHA256:") == 2
 
 
 def test_host_down_is_a_host_error(lab: SshLab, tmp_path: Path) -> None:
     config = tmp_path / "ssh_config"
-    config.write_text(f"Host ghost\n  HostName 127.0.0.1\n  Port 1\n  User root\n  UserKnownHostsFile {lab.known_hosts}\n")
+    config.write_text(
+        f"Host ghost\n  HostName 127.0.0.1\n  Port 1\n  User root\n  UserKnownHostsFile {lab.known_hosts}\n"
+    )
     with pytest.raises(HostError) as info:
         transport(lab, "ghost", SshOptions(config_path=str(config), connect_timeout_s=1)).run(["true"])
     assert "cannot connect" in info.value.message and info.value.exit_code == 3
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(words=st.lists(st.text(st.characters(blacklist_characters="\x00", blacklist_categories=("Cs",)), max_size=20), min_size=1, max_size=4))
+@given(
+    words=st.lists(
+        st.text(st.characters(blacklist_characters="\x00", blacklist_categories=("Cs",)), max_size=20),
+        min_size=1,
+        max_size=4,
+    )
+)
 def test_argv_reaches_the_host_as_plain_data(lab: SshLab, ssh_options: SshOptions, words: list[str]) -> None:
     t = transport(lab, "h0", ssh_options)
     done = t.run(["printf", "%s\\0", *words])
@@ -98,13 +113,28 @@ def test_argv_reaches_the_host_as_plain_data(lab: SshLab, ssh_options: SshOption
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(batch=st.lists(st.tuples(st.lists(st.text(st.characters(blacklist_characters="\x00", blacklist_categories=("Cs",)), max_size=12),
-                                         max_size=3), st.integers(0, 3)), min_size=1, max_size=4))
-def test_a_batch_gives_each_command_its_own_bytes_and_status(lab: SshLab, ssh_options: SshOptions,
-                                                            batch: list[tuple[list[str], int]]) -> None:
+@given(
+    batch=st.lists(
+        st.tuples(
+            st.lists(
+                st.text(st.characters(blacklist_characters="\x00", blacklist_categories=("Cs",)), max_size=12),
+                max_size=3,
+            ),
+            st.integers(0, 3),
+        ),
+        min_size=1,
+        max_size=4,
+    )
+)
+def test_a_batch_gives_each_command_its_own_bytes_and_status(
+    lab: SshLab, ssh_options: SshOptions, batch: list[tuple[list[str], int]]
+) -> None:
     """Output with newlines, quotes and invalid UTF-8, error text and exit status, one round trip."""
     t = transport(lab, "h0", ssh_options)
-    commands = [["sh", "-c", 'for w; do printf "%s\\377\\n" "$w"; done; printf "e%s" "$#" >&2; exit "$0"', str(rc), *words] for words, rc in batch]
+    commands = [
+        ["sh", "-c", 'for w; do printf "%s\\377\\n" "$w"; done; printf "e%s" "$#" >&2; exit "$0"', str(rc), *words]
+        for words, rc in batch
+    ]
     results = t.run_all(commands)
     assert len(results) == len(batch)
     for (words, rc), done in zip(batch, results, strict=True):
@@ -115,7 +145,9 @@ def test_a_batch_gives_each_command_its_own_bytes_and_status(lab: SshLab, ssh_op
 
 
 def test_a_batch_that_runs_out_of_time_keeps_what_finished(lab: SshLab, ssh_options: SshOptions) -> None:
-    first, slow, never = transport(lab, "h0", ssh_options).run_all([["echo", "done"], ["sleep", "30"], ["echo", "never"]], timeout_s=2)
+    first, slow, never = transport(lab, "h0", ssh_options).run_all(
+        [["echo", "done"], ["sleep", "30"], ["echo", "never"]], timeout_s=2
+    )
     assert (first.rc, first.out) == (0, b"done\n")
     assert slow.rc == never.rc == 124 and not never.out
 
@@ -128,7 +160,9 @@ def test_binary_files_read_back_exactly(lab: SshLab, ssh_options: SshOptions) ->
     assert t.read(path) == data
 
 
-def test_a_put_then_a_command_in_one_round_trip_and_the_writes_failure_still_raised(lab: SshLab, ssh_options: SshOptions) -> None:
+def test_a_put_then_a_command_in_one_round_trip_and_the_writes_failure_still_raised(
+    lab: SshLab, ssh_options: SshOptions
+) -> None:
     t = transport(lab, "h0", ssh_options)
     root = lab.hosts["h0"].root
     (root / "lock").write_text("held")
@@ -191,8 +225,9 @@ def own_bashrc(lab: SshLab) -> Iterator[tuple[Path, Path]]:
         host.bashrc.write_text(before)  # in place: the host sees this file through a bind mount
 
 
-def test_one_login_shell_per_connection_whatever_it_prints(lab: SshLab, ssh_options: SshOptions,
-                                                           own_bashrc: tuple[Path, Path]) -> None:
+def test_one_login_shell_per_connection_whatever_it_prints(
+    lab: SshLab, ssh_options: SshOptions, own_bashrc: tuple[Path, Path]
+) -> None:
     """Commands run in one shell per connection: the login shell's start-up file runs once, and what
     it prints (a banner, a conda notice) never reaches a command's output."""
     bashrc, logins = own_bashrc
@@ -208,8 +243,9 @@ def test_one_login_shell_per_connection_whatever_it_prints(lab: SshLab, ssh_opti
     assert logins.read_text() == "login\n"
 
 
-def test_a_host_that_will_not_keep_a_shell_gets_a_channel_per_command(lab: SshLab, ssh_options: SshOptions,
-                                                                      own_bashrc: tuple[Path, Path]) -> None:
+def test_a_host_that_will_not_keep_a_shell_gets_a_channel_per_command(
+    lab: SshLab, ssh_options: SshOptions, own_bashrc: tuple[Path, Path]
+) -> None:
     bashrc, logins = own_bashrc
     bashrc.write_text(f'echo login >>{logins}; case "$BASH_EXECUTION_STRING" in *specctl-shell*) exit 0;; esac\n')
     t = transport(lab, "h1", ssh_options)
@@ -223,7 +259,7 @@ def test_unread_stdin_and_a_timeout_leave_the_shell_in_step(lab: SshLab, ssh_opt
     assert t.run(["true"], stdin=b"x" * 300_000).rc == 0  # the rest of its stdin is drained, not read as a command
     assert t.run(["cat"], stdin=b"abc").out == b"abc"
     pidfile = f"{lab.hosts['h0'].root}/slow.pid"
-    done = t.run(["sh", "-c", f'echo $$ >{pidfile}; echo started; sleep 30'], timeout_s=1, check=False)
+    done = t.run(["sh", "-c", f"echo $$ >{pidfile}; echo started; sleep 30"], timeout_s=1, check=False)
     assert (done.rc, done.out) == (124, b"started\n")  # what it wrote before its time was up comes back
     assert t.run(["echo", "next"]).stdout == "next\n"
     time.sleep(0.5)

@@ -54,12 +54,22 @@ def hub_profile(env: dict[str, Any], hub: HubEndpoint, *, cache: str, **engine_e
     manifest["target"].update({"model": TARGET, "revision": COMMITS[TARGET]})
     (Path(env["tmp"]) / "manifests" / "hub.yaml").write_text(yaml.safe_dump(manifest, sort_keys=False))
     drafter: dict[str, Any] = {"model": DRAFTER, "revision": COMMITS[DRAFTER], "manifest": "../manifests/hub.yaml"}
-    path.write_text(yaml.safe_dump({
-        "apiVersion": "specctl/v1", "kind": "Profile", "extends": "tiny-llama-v1.yaml",
-        "metadata": {"name": "tiny-llama-demo", "version": 7},
-        "target": {"model": TARGET, "revision": COMMITS[TARGET]}, "drafter": drafter,
-        "engine": {"env": {"HF_ENDPOINT": hub.url, "HF_HUB_CACHE": cache, "HF_HUB_DISABLE_XET": "1", **engine_env}},
-    }, sort_keys=False))
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "specctl/v1",
+                "kind": "Profile",
+                "extends": "tiny-llama-v1.yaml",
+                "metadata": {"name": "tiny-llama-demo", "version": 7},
+                "target": {"model": TARGET, "revision": COMMITS[TARGET]},
+                "drafter": drafter,
+                "engine": {
+                    "env": {"HF_ENDPOINT": hub.url, "HF_HUB_CACHE": cache, "HF_HUB_DISABLE_XET": "1", **engine_env}
+                },
+            },
+            sort_keys=False,
+        )
+    )
     return str(path)
 
 
@@ -68,8 +78,9 @@ def env(lab: SshLab, tmp_path: Path) -> dict[str, Any]:
     return lab_profile(lab, tmp_path, PORT)
 
 
-def test_stage_fetches_once_then_costs_no_download(cli: Any, lab: SshLab, env: dict[str, Any], hub: HubEndpoint,
-                                                  tmp_path: Path) -> None:
+def test_stage_fetches_once_then_costs_no_download(
+    cli: Any, lab: SshLab, env: dict[str, Any], hub: HubEndpoint, tmp_path: Path
+) -> None:
     cache = str(tmp_path / "h0-cache")
     profile = hub_profile(env, hub, cache=cache)
     first = cli("--json", "stage", profile, "--hosts", "h0", *env["common"])
@@ -92,7 +103,8 @@ def test_stage_fetches_once_then_costs_no_download(cli: Any, lab: SshLab, env: d
 
 
 def test_a_hub_profile_deploys_with_its_overlay_linked_into_the_staged_snapshot(
-        cli: Any, lab: SshLab, env: dict[str, Any], hub: HubEndpoint, tmp_path: Path) -> None:
+    cli: Any, lab: SshLab, env: dict[str, Any], hub: HubEndpoint, tmp_path: Path
+) -> None:
     cache = str(tmp_path / "h1-cache")
     profile = hub_profile(env, hub, cache=cache)
     checked = cli("--json", "check", profile)
@@ -105,7 +117,11 @@ def test_a_hub_profile_deploys_with_its_overlay_linked_into_the_staged_snapshot(
     overlay = release / "drafter-overlay"
     link = os.readlink(overlay / "model.safetensors")
     assert link.startswith(f"{cache}/models--specctl-test--tiny-llama-eagle3/snapshots/{COMMITS[DRAFTER]}/")
-    assert json.loads((overlay / "config.json").read_text())["eagle_config"]["eagle_aux_hidden_state_layer_ids"] == [1, 3, 4]
+    assert json.loads((overlay / "config.json").read_text())["eagle_config"]["eagle_aux_hidden_state_layer_ids"] == [
+        1,
+        3,
+        4,
+    ]
     launch = (release / "launch.sh").read_text()
     assert "export HF_HUB_OFFLINE=1" in launch and f"--revision {COMMITS[TARGET]}" in launch
     status = cli("--json", "status", profile, "--hosts", "h1", *env["common"]).json()["hosts"][0]
@@ -113,8 +129,9 @@ def test_a_hub_profile_deploys_with_its_overlay_linked_into_the_staged_snapshot(
     cli("stop", profile, "--hosts", "h1", *env["common"])
 
 
-def test_refusals_come_before_anything_is_stopped(cli: Any, lab: SshLab, env: dict[str, Any], hub: HubEndpoint,
-                                                  tmp_path: Path) -> None:
+def test_refusals_come_before_anything_is_stopped(
+    cli: Any, lab: SshLab, env: dict[str, Any], hub: HubEndpoint, tmp_path: Path
+) -> None:
     """An unknown revision, a gated repo without a token and a disk too small: each is refused by
     the stage step, no file body is fetched, and the running release keeps serving."""
     host = lab.hosts["h2"]
@@ -157,8 +174,9 @@ def test_refusals_come_before_anything_is_stopped(cli: Any, lab: SshLab, env: di
         lab.start_sshd(host)
 
 
-def test_the_running_server_answers_while_a_deploy_stages(cli: Any, lab: SshLab, env: dict[str, Any], hub: HubEndpoint,
-                                                          tmp_path: Path) -> None:
+def test_the_running_server_answers_while_a_deploy_stages(
+    cli: Any, lab: SshLab, env: dict[str, Any], hub: HubEndpoint, tmp_path: Path
+) -> None:
     """Staging happens beside the running release: /health keeps answering for the seconds a slow
     download takes, and the outage is only the switch (reported, not timed against a bound)."""
     common = [*env["common"], "--hosts", "h0"]
@@ -166,7 +184,9 @@ def test_the_running_server_answers_while_a_deploy_stages(cli: Any, lab: SshLab,
     hub.rate_bytes_per_s = 1_000_000  # 3.7 MB of weights: about four seconds of staging
     with HealthPolls(f"http://{lab.hosts['h0'].address}:{PORT}/health") as health:
         began = time.time()
-        result = cli("--json", "deploy", hub_profile(env, hub, cache=str(tmp_path / "h0-cache")), "--no-verify", *common)
+        result = cli(
+            "--json", "deploy", hub_profile(env, hub, cache=str(tmp_path / "h0-cache")), "--no-verify", *common
+        )
         health.wait_answered(30)
     assert result.code == 0, result.stdout + result.stderr
     events = [json.loads(line) for line in result.stderr.splitlines() if line.startswith("{")]
@@ -175,14 +195,17 @@ def test_the_running_server_answers_while_a_deploy_stages(cli: Any, lab: SshLab,
     assert staged_at - began > 2.0  # the download really took a while
     during = [ok for t, ok in health.polls if began <= t <= staged_at]
     assert during and all(during)  # the old server answered throughout
-    print(f"staging took {staged_at - began:.1f} s with the old server answering; "
-          f"/health was then down for {health.longest_gap(since=staged_at):.1f} s")
+    print(
+        f"staging took {staged_at - began:.1f} s with the old server answering; "
+        f"/health was then down for {health.longest_gap(since=staged_at):.1f} s"
+    )
     assert health.polls[-1][1]  # the new release answers at the end
     cli("stop", env["v1"], *common)
 
 
 def test_a_link_that_keeps_dropping_fails_the_stage_not_the_running_server(
-        cli: Any, lab: SshLab, env: dict[str, Any], hub: HubEndpoint, tmp_path: Path) -> None:
+    cli: Any, lab: SshLab, env: dict[str, Any], hub: HubEndpoint, tmp_path: Path
+) -> None:
     """Every weights download is cut short: huggingface_hub's own retries give up, the deploy fails
     in its stage step with the old release still serving, and the next stage keeps what was done."""
     common = [*env["common"], "--hosts", "h0"]
@@ -195,8 +218,11 @@ def test_a_link_that_keeps_dropping_fails_the_stage_not_the_running_server(
     assert result.code == 3 and "staging refused" in row["detail"] and "stage again" in row["fix"], result.stdout
     after = cli("--json", "status", env["v1"], *common).json()["hosts"][0]
     assert after["current"] == running and after["healthy"]
+
     def target_config_gets() -> int:  # the operator's check reads it once into its own cache; the host once into its
-        return len([s for s in hub.file_gets() if s.repo_id == TARGET and s.filename == "config.json" and s.range is None])
+        return len(
+            [s for s in hub.file_gets() if s.repo_id == TARGET and s.filename == "config.json" and s.range is None]
+        )
 
     fetched_configs = target_config_gets()
     assert fetched_configs == 2
@@ -207,8 +233,9 @@ def test_a_link_that_keeps_dropping_fails_the_stage_not_the_running_server(
     cli("stop", env["v1"], *common)
 
 
-def test_the_kimi_example_dry_runs_on_eight_hosts(cli: Any, lab: SshLab, serve: Any, example_hub: Path, tmp_path: Path,
-                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_kimi_example_dry_runs_on_eight_hosts(
+    cli: Any, lab: SshLab, serve: Any, example_hub: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The project's own Kimi-K2.5 profile (Hub target and drafter, drafter ids needing an overlay),
     with --dry-run on an inventory of eight hosts: per host, what staging would fetch (sizes from the
     Hub endpoint, which serves the example checkpoints' metadata and sparse shards), the overlay
@@ -235,14 +262,33 @@ def test_the_kimi_example_dry_runs_on_eight_hosts(cli: Any, lab: SshLab, serve: 
         lines += [f"  {name}:", f"    ssh: h{i % 3}", f"    root: {tmp_path / 'roots' / name}"]
     (tmp_path / "hosts.yaml").write_text("\n".join(lines) + "\n")
     profile = tmp_path / "profiles" / "kimi-dry.yaml"
-    profile.write_text(yaml.safe_dump({
-        "apiVersion": "specctl/v1", "kind": "Profile", "extends": "kimi-k2.5-tp8.yaml",
-        "metadata": {"name": "kimi-k2.5-tp8", "version": 4},
-        "engine": {"python": sys.executable, "env": {"HF_ENDPOINT": hub.url, "HF_HUB_CACHE": str(tmp_path / "host-cache")}},
-        "hosts": hosts,
-    }, sort_keys=False))
-    result = cli("--json", "deploy", str(profile), "--dry-run", "--offline", "--inventory", str(tmp_path / "hosts.yaml"),
-                 "--ssh-config", str(lab.ssh_config))
+    profile.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "specctl/v1",
+                "kind": "Profile",
+                "extends": "kimi-k2.5-tp8.yaml",
+                "metadata": {"name": "kimi-k2.5-tp8", "version": 4},
+                "engine": {
+                    "python": sys.executable,
+                    "env": {"HF_ENDPOINT": hub.url, "HF_HUB_CACHE": str(tmp_path / "host-cache")},
+                },
+                "hosts": hosts,
+            },
+            sort_keys=False,
+        )
+    )
+    result = cli(
+        "--json",
+        "deploy",
+        str(profile),
+        "--dry-run",
+        "--offline",
+        "--inventory",
+        str(tmp_path / "hosts.yaml"),
+        "--ssh-config",
+        str(lab.ssh_config),
+    )
     assert result.code == 0, result.stdout + result.stderr
     rows = result.json()["dry_run"]
     assert [r["host"] for r in rows] == hosts
@@ -252,18 +298,28 @@ def test_the_kimi_example_dry_runs_on_eight_hosts(cli: Any, lab: SshLab, serve: 
         assert stage[kimi["target"]["model"]]["fetch"] == total > 500e9  # the sparse shards' real sizes
         assert not row["disk"]["fits"]  # nobody here has 600 GB free: said, not refused
         overlay = row["overlay"]
-        assert overlay["links_to"] == (f"{tmp_path / 'host-cache'}/models--AQ-MedAI--Kimi-K25-eagle3/snapshots/"
-                                       f"{kimi['drafter']['revision']}")
+        assert overlay["links_to"] == (
+            f"{tmp_path / 'host-cache'}/models--AQ-MedAI--Kimi-K25-eagle3/snapshots/{kimi['drafter']['revision']}"
+        )
         assert overlay["ids"] == [3, 31, 59]  # under 0.5.23's DeepSeek/Kimi rule they capture the trained [2, 30, 58]
         assert "sglang.launch_server" in row["launch"] and "--speculative-draft-model-path" in row["launch"]
     assert hub.file_gets() == []  # a dry run fetches nothing
-    text = cli("deploy", str(profile), "--dry-run", "--offline", "--inventory", str(tmp_path / "hosts.yaml"),
-               "--ssh-config", str(lab.ssh_config))
+    text = cli(
+        "deploy",
+        str(profile),
+        "--dry-run",
+        "--offline",
+        "--inventory",
+        str(tmp_path / "hosts.yaml"),
+        "--ssh-config",
+        str(lab.ssh_config),
+    )
     assert text.code == 0 and "DISK" in text.stdout and "SHORT" in text.stdout and "kimi-node-7" in text.stdout
 
 
-def test_a_host_with_its_own_cache_in_the_inventory(cli: Any, lab: SshLab, env: dict[str, Any], hub: HubEndpoint,
-                                                    tmp_path: Path) -> None:
+def test_a_host_with_its_own_cache_in_the_inventory(
+    cli: Any, lab: SshLab, env: dict[str, Any], hub: HubEndpoint, tmp_path: Path
+) -> None:
     """`hf_home` on one inventory host: staging and that host's launch use it in place of the profile's cache."""
     inventory = yaml.safe_load(Path(env["inventory"]).read_text())
     own = str(tmp_path / "h1-home")
@@ -272,7 +328,9 @@ def test_a_host_with_its_own_cache_in_the_inventory(cli: Any, lab: SshLab, env: 
     profile = hub_profile(env, hub, cache=str(tmp_path / "profile-cache"))
     result = cli("--json", "deploy", profile, "--hosts", "h1", "--no-verify", *env["common"])
     assert result.code == 0, result.stdout + result.stderr
-    assert (Path(own) / "hub" / "models--specctl-test--tiny-llama" / "snapshots" / COMMITS[TARGET] / "config.json").exists()
+    assert (
+        Path(own) / "hub" / "models--specctl-test--tiny-llama" / "snapshots" / COMMITS[TARGET] / "config.json"
+    ).exists()
     assert not (tmp_path / "profile-cache").exists()
     release = lab.hosts["h1"].root / "tiny-llama-demo" / "releases" / result.json()["hosts"][0]["release"]
     launch = (release / "launch.sh").read_text()
@@ -280,8 +338,9 @@ def test_a_host_with_its_own_cache_in_the_inventory(cli: Any, lab: SshLab, env: 
     cli("stop", profile, "--hosts", "h1", *env["common"])
 
 
-def test_no_host_stops_until_every_host_has_staged(cli: Any, lab: SshLab, env: dict[str, Any], hub: HubEndpoint,
-                                                   tmp_path: Path) -> None:
+def test_no_host_stops_until_every_host_has_staged(
+    cli: Any, lab: SshLab, env: dict[str, Any], hub: HubEndpoint, tmp_path: Path
+) -> None:
     """h1 cannot stage (its cache is somewhere it cannot write): h0, which staged, does not stop
     its running release either, and says why."""
     common = [*env["common"], "--hosts", "h0,h1"]
@@ -294,6 +353,8 @@ def test_no_host_stops_until_every_host_has_staged(cli: Any, lab: SshLab, env: d
     rows = {r["host"]: r for r in result.json()["hosts"]}
     assert result.code == 3 and not rows["h0"]["ok"] and not rows["h1"]["ok"], result.stdout
     assert "nothing was stopped" in rows["h0"]["detail"] and "h1" in rows["h0"]["detail"]
-    after = {r["host"]: (r["current"], r["healthy"]) for r in cli("--json", "status", env["v1"], *common).json()["hosts"]}
+    after = {
+        r["host"]: (r["current"], r["healthy"]) for r in cli("--json", "status", env["v1"], *common).json()["hosts"]
+    }
     assert after == {h: (before[h], True) for h in ("h0", "h1")}
     cli("stop", env["v1"], *common)

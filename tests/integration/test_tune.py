@@ -37,7 +37,14 @@ def tune_profile(lab: SshLab, tmp_path: Path, port: int, name: str, tune: dict[s
     data["tune"] = tune
     v1.write_text(yaml.safe_dump(data, sort_keys=False))
     inventory = lab.inventory(tmp_path / "hosts.yaml", sys.executable)
-    return v1, ["--inventory", str(inventory), "--ssh-config", str(lab.ssh_config), "--ledger", str(tmp_path / "ledger.db")]
+    return v1, [
+        "--inventory",
+        str(inventory),
+        "--ssh-config",
+        str(lab.ssh_config),
+        "--ledger",
+        str(tmp_path / "ledger.db"),
+    ]
 
 
 def test_tune_finds_a_setting_writes_the_next_version_and_applies_it(cli: Any, lab: SshLab, tmp_path: Path) -> None:
@@ -55,12 +62,17 @@ def test_tune_finds_a_setting_writes_the_next_version_and_applies_it(cli: Any, l
         assert tuned.code == 0, tuned.stdout + tuned.stderr
         result = tuned.json()
         rows = result["candidates"]
-        assert [r["speculative"]["num_steps"] for r in rows] == [3, 1, 5] and rows[0]["incumbent"]  # the profile's own first
+        assert [r["speculative"]["num_steps"] for r in rows] == [3, 1, 5] and rows[0][
+            "incumbent"
+        ]  # the profile's own first
         assert all(r["release"] and (r["requests"] == 16 or r["eliminated"]) for r in rows)
         assert result["requests"] == sum(r["requests"] for r in rows) <= result["exhaustive_requests"] == 48
         winner = result["winner"]
-        assert winner["winner"] and not winner["eliminated"] and winner["estimate"] == max(
-            r["estimate"] for r in rows if not r["eliminated"])
+        assert (
+            winner["winner"]
+            and not winner["eliminated"]
+            and winner["estimate"] == max(r["estimate"] for r in rows if not r["eliminated"])
+        )
         assert result["heat_map"]["row_values"] == [1, 3, 5]
         assert result["objective"]["concurrency"] == 4
         assert result["other_point_requests"] == 8 * sum(not r["eliminated"] for r in rows)
@@ -109,7 +121,9 @@ def test_tune_finds_a_setting_writes_the_next_version_and_applies_it(cli: Any, l
         assert again.code == 2 and "exists" in again.stderr
 
         shown = cli("show", result["run"], "--ledger", str(ledger))  # the run shows as tune showed it
-        assert shown.code == 0 and "WINNER" in shown.stdout and "heat map" in shown.stdout and "tok/s @1" in shown.stdout, shown.stdout
+        assert (
+            shown.code == 0 and "WINNER" in shown.stdout and "heat map" in shown.stdout and "tok/s @1" in shown.stdout
+        ), shown.stdout
 
         # a candidate is a whole release: rollback goes to one by name (never by itself: it was not verified)
         loser = next(r for r in rows if not r["winner"])
@@ -118,7 +132,9 @@ def test_tune_finds_a_setting_writes_the_next_version_and_applies_it(cli: Any, l
         assert _link(lab, "current") == loser["release"]
 
         # --apply: the winner deployed and verified like any deploy
-        applied = cli("--json", "tune", str(v1), "--host", HOST, "--apply", "--output", str(tmp_path / "applied.yaml"), *common)
+        applied = cli(
+            "--json", "tune", str(v1), "--host", HOST, "--apply", "--output", str(tmp_path / "applied.yaml"), *common
+        )
         assert applied.code == 0, applied.stdout + applied.stderr
         outcome = applied.json()
         assert outcome["applied"]["ok"] and outcome["applied"]["verdict"]["passed"]
@@ -134,7 +150,9 @@ def test_tune_finds_a_setting_writes_the_next_version_and_applies_it(cli: Any, l
 def test_a_host_that_cannot_be_given_back_says_what_it_runs(cli: Any, lab: SshLab, tmp_path: Path) -> None:
     """The original release lost its launch script during the tune: giving the host back fails, and
     the error names the candidate left current and how to go back; the run is recorded as failed."""
-    v1, common = tune_profile(lab, tmp_path, PORT + 1, NAME + "-back", {"num_steps": [2, 3], "eagle_topk": [1], "requests": 8})
+    v1, common = tune_profile(
+        lab, tmp_path, PORT + 1, NAME + "-back", {"num_steps": [2, 3], "eagle_topk": [1], "requests": 8}
+    )
     ledger = tmp_path / "ledger.db"
     try:
         assert cli("deploy", str(v1), "--no-verify", *common).code == 0

@@ -22,14 +22,18 @@ def tiny_disk(tmp_path: Path) -> Iterator[Path]:
     """A 1 MiB tmpfs of its own, unmounted after the test (also when it was remounted read-only)."""
     mount = tmp_path / "disk"
     mount.mkdir()
-    made = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m,mode=0755", "tmpfs", str(mount)], capture_output=True, text=True)
+    made = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=1m,mode=0755", "tmpfs", str(mount)], capture_output=True, text=True
+    )
     if made.returncode != 0:
         pytest.skip(f"cannot mount a tmpfs here (needs root): {made.stderr.strip()}")
     try:
         yield mount
     finally:
         if subprocess.run(["umount", str(mount)], capture_output=True).returncode != 0:
-            subprocess.run(["umount", "-l", str(mount)], check=True)  # busy: detach now, freed when the last file closes
+            subprocess.run(
+                ["umount", "-l", str(mount)], check=True
+            )  # busy: detach now, freed when the last file closes
 
 
 def fill(disk: Path) -> Path:
@@ -66,8 +70,11 @@ def modes_apply(tmp_path: Path) -> dict[str, Any]:
     probe = tmp_path / "probe"
     probe.mkdir(mode=0o555)
     try:
-        tried = subprocess.run([sys.executable, "-c", f"open({str(probe / 'f')!r}, 'w')"], capture_output=True,
-                               preexec_fn=_without_root_overrides)
+        tried = subprocess.run(
+            [sys.executable, "-c", f"open({str(probe / 'f')!r}, 'w')"],
+            capture_output=True,
+            preexec_fn=_without_root_overrides,
+        )
     except subprocess.SubprocessError as exc:
         pytest.skip(f"cannot drop root's file-mode overrides here: {exc}")
     finally:

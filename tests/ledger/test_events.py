@@ -24,7 +24,11 @@ def test_events_are_numbered_per_run_and_read_back_in_order(tmp_path: Path) -> N
     assert book.record_event("r", "h1", "preflight", "undone") == 4
     got = book.events("r")
     assert [(e.host, e.stage, e.event) for e in got] == [
-        ("h1", "preflight", "began"), ("h1", "preflight", "ended"), ("h1", "start", "failed"), ("h1", "preflight", "undone")]
+        ("h1", "preflight", "began"),
+        ("h1", "preflight", "ended"),
+        ("h1", "start", "failed"),
+        ("h1", "preflight", "undone"),
+    ]
     assert got[2].detail is not None and json.loads(got[2].detail) == {"exit": 1} and got[0].detail is None
     assert all(e.at.endswith("Z") for e in got) and [e.at for e in got] == sorted(e.at for e in got)
     assert book.events("nope") == []
@@ -48,7 +52,9 @@ def test_get_carries_the_events_and_listings_skip_them(tmp_path: Path) -> None:
     assert whole.events is not None
     (event,) = whole.events
     assert event == StageEvent("h", "switch", "began", event.at, "current -> r")
-    assert whole.to_dict()["events"] == [{"host": "h", "stage": "switch", "event": "began", "at": event.at, "detail": "current -> r"}]
+    assert whole.to_dict()["events"] == [
+        {"host": "h", "stage": "switch", "event": "began", "at": event.at, "detail": "current -> r"}
+    ]
     listed = book.runs()[0]
     assert listed.events is None and "events" not in listed.to_dict()
     json.dumps(whole.to_dict())  # what `show --json` prints and each release directory keeps
@@ -87,8 +93,10 @@ def test_a_ledger_at_schema_2_gains_the_events_table(tmp_path: Path) -> None:
     path = tmp_path / "l.db"
     db = sqlite3.connect(path)
     db.executescript(MIGRATIONS[0] + MIGRATIONS[1] + "; PRAGMA user_version = 2;")
-    db.execute("INSERT INTO runs (id, kind, command, user, machine, pid, status, started_at) "
-               "VALUES ('old', 'deploy', 'specctl deploy', 'u', 'm', 1, 'succeeded', '2026-01-01T00:00:00Z')")
+    db.execute(
+        "INSERT INTO runs (id, kind, command, user, machine, pid, status, started_at) "
+        "VALUES ('old', 'deploy', 'specctl deploy', 'u', 'm', 1, 'succeeded', '2026-01-01T00:00:00Z')"
+    )
     db.commit()
     db.close()
     book = Ledger(path)

@@ -55,7 +55,11 @@ def test_runs_exits_2_naming_the_file(tmp_path: Path, cli: Any) -> None:
     result = cli("runs", "--ledger", str(path))
     assert result.code == 2 and result.stdout == ""
     flat = " ".join(result.stderr.split())
-    assert f"the ledger {path} is damaged" in flat and "file is not a database" in flat and f"mv {path} {path}.broken" in flat
+    assert (
+        f"the ledger {path} is damaged" in flat
+        and "file is not a database" in flat
+        and f"mv {path} {path}.broken" in flat
+    )
     as_json = cli("runs", "--ledger", str(path), "--json")
     assert as_json.code == 2
     error = as_json.json()["error"]
@@ -89,11 +93,16 @@ def test_a_full_disk_is_named_and_the_ledger_works_again_once_space_is_freed(tin
     with pytest.raises(LedgerError) as full:
         book.record_host("r", "h", facts={"blob": "x" * 300_000})
     assert full.value.path == str(path)
-    assert f"the disk holding the ledger {path} is full" in full.value.message and "database or disk is full" in full.value.message
+    assert (
+        f"the disk holding the ledger {path} is full" in full.value.message
+        and "database or disk is full" in full.value.message
+    )
     assert "recording host h of run r" in full.value.message and f"df -h {tiny_disk}" in (full.value.fix or "")
     with pytest.raises(LedgerError, match="is full"):
         book.begin("r2", "deploy", command="c")
-    assert [r.id for r in book.runs()] == ["r"] and book.get("r").host_records == ()  # reading still works; nothing half-written
+    assert [r.id for r in book.runs()] == ["r"] and book.get(
+        "r"
+    ).host_records == ()  # reading still works; nothing half-written
     filler.unlink()
     book.record_host("r", "h", facts={"blob": "small"})
     book.finish("r", "succeeded")
@@ -138,7 +147,9 @@ def test_writing_to_a_read_only_filesystem_is_named(tiny_disk: Path) -> None:
     remount_read_only(tiny_disk)
     with pytest.raises(LedgerError) as raised:
         Ledger(path)
-    assert f"cannot use the ledger {path}: the filesystem holding {tiny_disk} is mounted read-only" in raised.value.message
+    assert (
+        f"cannot use the ledger {path}: the filesystem holding {tiny_disk} is mounted read-only" in raised.value.message
+    )
     assert "unable to open database file" in raised.value.message and "SPECCTL_LEDGER" in (raised.value.fix or "")
 
 

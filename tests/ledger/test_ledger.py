@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from specctl.cancel import CancelToken, Cancelled
+from specctl.cancel import Cancelled, CancelToken
 from specctl.errors import InputError, LedgerError
 from specctl.ledger.ledger import MIGRATIONS, SCHEMA_VERSION, Ledger
 
@@ -30,8 +30,10 @@ def test_an_old_ledger_is_migrated_and_keeps_its_runs(tmp_path: Path) -> None:
     path = tmp_path / "l.db"
     db = sqlite3.connect(path)
     db.executescript(MIGRATIONS[0] + "; PRAGMA user_version = 1;")
-    db.execute("INSERT INTO runs (id, kind, command, user, machine, pid, status, started_at) "
-               "VALUES ('r1', 'deploy', 'specctl deploy', 'u', 'm', 1, 'succeeded', '2026-01-01T00:00:00Z')")
+    db.execute(
+        "INSERT INTO runs (id, kind, command, user, machine, pid, status, started_at) "
+        "VALUES ('r1', 'deploy', 'specctl deploy', 'u', 'm', 1, 'succeeded', '2026-01-01T00:00:00Z')"
+    )
     db.commit()
     db.close()
     book = Ledger(path)

@@ -171,8 +171,9 @@ def test_a_chmod_444_ledger(tmp_path: Path, modes_apply: dict[str, Any], directo
     path.chmod(0o444)
     directory.chmod(directory_mode)
     try:
-        done = subprocess.run([sys.executable, "-c", READ_UNDER_FILE_MODES, str(path)], capture_output=True, text=True,
-                              **modes_apply)
+        done = subprocess.run(
+            [sys.executable, "-c", READ_UNDER_FILE_MODES, str(path)], capture_output=True, text=True, **modes_apply
+        )
     finally:
         directory.chmod(0o755)
     assert done.returncode == 0, done.stderr
@@ -211,8 +212,9 @@ def test_wal_files_left_by_another_user_are_named(tmp_path: Path, modes_apply: d
     for name in ("l.db-shm", "l.db-wal"):
         os.chown(directory / name, 65534, 65534)
         (directory / name).chmod(0o444)
-    done = subprocess.run([sys.executable, "-c", WRITE_UNDER_FILE_MODES, str(path)], capture_output=True, text=True,
-                          **modes_apply)
+    done = subprocess.run(
+        [sys.executable, "-c", WRITE_UNDER_FILE_MODES, str(path)], capture_output=True, text=True, **modes_apply
+    )
     assert done.returncode == 0, done.stderr
     refused = json.loads(done.stdout)
     assert refused is not None and "l.db-wal beside it is not writable by this user" in refused["message"]

@@ -53,6 +53,7 @@ def both(*edits: Edit) -> Edit:
     def apply(s: Scenario) -> None:
         for edit in edits:
             edit(s)
+
     return apply
 
 
@@ -65,7 +66,9 @@ def no_d2t(s: Scenario) -> None:
 def short_d2t(s: Scenario) -> None:
     from examples.hub import eagle3_tensors
 
-    s.drafter_tensors = [(n, d, (150,) if n == "d2t" else shape) for n, d, shape in eagle3_tensors(s.drafter_config, 256)]
+    s.drafter_tensors = [
+        (n, d, (150,) if n == "d2t" else shape) for n, d, shape in eagle3_tensors(s.drafter_config, 256)
+    ]
 
 
 # code -> (an edit that triggers it, an edit under which it is absent though the topic is exercised)
@@ -88,35 +91,106 @@ CASES: dict[str, tuple[Edit, Edit]] = {
     "vocab-size": (drafter(vocab_size=1001), drafter(vocab_size=1000)),
     "d2t-length": (short_d2t, no_d2t),
     "draft-vocab-key": (drafter(draft_vocab_size=DELETE), drafter(draft_vocab_size=None)),
-    "aux-disabled": (drafter(eagle_config={"use_aux_hidden_state": False}), drafter(eagle_config={"use_aux_hidden_state": True})),
-    "ids-top-level": (drafter(eagle_aux_hidden_state_layer_ids=[2, 16, 29]), drafter(eagle_aux_hidden_state_layer_ids=[1, 15, 28])),
-    "spec-adaptive": (profile(speculative={"adaptive": True, "eagle_topk": 4, "num_draft_tokens": 8}),
-                      profile(speculative={"adaptive": True})),
+    "aux-disabled": (
+        drafter(eagle_config={"use_aux_hidden_state": False}),
+        drafter(eagle_config={"use_aux_hidden_state": True}),
+    ),
+    "ids-top-level": (
+        drafter(eagle_aux_hidden_state_layer_ids=[2, 16, 29]),
+        drafter(eagle_aux_hidden_state_layer_ids=[1, 15, 28]),
+    ),
+    "spec-adaptive": (
+        profile(speculative={"adaptive": True, "eagle_topk": 4, "num_draft_tokens": 8}),
+        profile(speculative={"adaptive": True}),
+    ),
     "drafter-format": (drafter(architectures=["LlamaForCausalLM"]), drafter(architectures=["LlamaForCausalLMEagle3"])),
-    "drafter-ids-type": (drafter(eagle_config={"eagle_aux_hidden_state_layer_ids": [True, 15, 28]}),
-                         drafter(eagle_config={"eagle_aux_hidden_state_layer_ids": [1, 15, 28]})),
+    "drafter-ids-type": (
+        drafter(eagle_config={"eagle_aux_hidden_state_layer_ids": [True, 15, 28]}),
+        drafter(eagle_config={"eagle_aux_hidden_state_layer_ids": [1, 15, 28]}),
+    ),
     "algorithm-drafter": (profile(speculative={"algorithm": "EAGLE"}), profile(speculative={"algorithm": "EAGLE3"})),
     "tp-heads": (profile(parallel={"tp": 3}, hardware={"gpus_per_node": 8}), profile(parallel={"tp": 8})),
-    "tp-gpus": (profile(parallel={"tp": 8}, hardware={"gpus_per_node": 4}), profile(parallel={"tp": 4}, hardware={"gpus_per_node": 4})),
-    "parallel-hosts": (profile(parallel={"tp": 8, "nnodes": 2}, hardware={"gpus_per_node": 4}, hosts=[]),
-                       profile(parallel={"tp": 8, "nnodes": 2}, hardware={"gpus_per_node": 4}, hosts=["a", "b"])),
-    "memory": (both(target(hidden_size=8192, intermediate_size=28672, num_attention_heads=64, num_key_value_heads=8, num_hidden_layers=80, vocab_size=128256),
-                    manifest(target={"hidden_size": 8192, "num_hidden_layers": 80, "vocab_size": 128256}, capture={"width": 24576}),
-                    drafter(hidden_size=8192, vocab_size=128256, num_attention_heads=64, num_key_value_heads=8, intermediate_size=28672)),
-               both(target(hidden_size=8192, intermediate_size=28672, num_attention_heads=64, num_key_value_heads=8, num_hidden_layers=80, vocab_size=128256),
-                    manifest(target={"hidden_size": 8192, "num_hidden_layers": 80, "vocab_size": 128256}, capture={"width": 24576}),
-                    drafter(hidden_size=8192, vocab_size=128256, num_attention_heads=64, num_key_value_heads=8, intermediate_size=28672),
-                    profile(parallel={"tp": 4}))),
-    "unpinned-revision": (profile(target={"model": "org/model", "allow_unpinned": True}),
-                          profile(target={"model": "org/model", "revision": "a" * 40})),
+    "tp-gpus": (
+        profile(parallel={"tp": 8}, hardware={"gpus_per_node": 4}),
+        profile(parallel={"tp": 4}, hardware={"gpus_per_node": 4}),
+    ),
+    "parallel-hosts": (
+        profile(parallel={"tp": 8, "nnodes": 2}, hardware={"gpus_per_node": 4}, hosts=[]),
+        profile(parallel={"tp": 8, "nnodes": 2}, hardware={"gpus_per_node": 4}, hosts=["a", "b"]),
+    ),
+    "memory": (
+        both(
+            target(
+                hidden_size=8192,
+                intermediate_size=28672,
+                num_attention_heads=64,
+                num_key_value_heads=8,
+                num_hidden_layers=80,
+                vocab_size=128256,
+            ),
+            manifest(
+                target={"hidden_size": 8192, "num_hidden_layers": 80, "vocab_size": 128256}, capture={"width": 24576}
+            ),
+            drafter(
+                hidden_size=8192,
+                vocab_size=128256,
+                num_attention_heads=64,
+                num_key_value_heads=8,
+                intermediate_size=28672,
+            ),
+        ),
+        both(
+            target(
+                hidden_size=8192,
+                intermediate_size=28672,
+                num_attention_heads=64,
+                num_key_value_heads=8,
+                num_hidden_layers=80,
+                vocab_size=128256,
+            ),
+            manifest(
+                target={"hidden_size": 8192, "num_hidden_layers": 80, "vocab_size": 128256}, capture={"width": 24576}
+            ),
+            drafter(
+                hidden_size=8192,
+                vocab_size=128256,
+                num_attention_heads=64,
+                num_key_value_heads=8,
+                intermediate_size=28672,
+            ),
+            profile(parallel={"tp": 4}),
+        ),
+    ),
+    "unpinned-revision": (
+        profile(target={"model": "org/model", "allow_unpinned": True}),
+        profile(target={"model": "org/model", "revision": "a" * 40}),
+    ),
     "spec-rewrite": (profile(speculative={"num_draft_tokens": 8}), profile(speculative={"num_draft_tokens": 4})),
-    "spec-auto": (profile(speculative={"num_steps": None, "eagle_topk": None, "num_draft_tokens": None}), lambda s: None),
-    "spec-rejected": (profile(speculative={"num_steps": 3, "eagle_topk": None, "num_draft_tokens": None}), lambda s: None),
-    "flag-unknown": (profile(engine={"args": {"cuda-graph-max-bs": 8}}), profile(engine={"args": {"cuda-graph-max-bs-decode": 8}})),
-    "flag-type": (profile(engine={"args": {"max-running-requests": "many"}}), profile(engine={"args": {"max-running-requests": 8}})),
-    "flag-choice": (profile(engine={"args": {"attention-backend": "flashinfr"}}), profile(engine={"args": {"attention-backend": "flashinfer"}})),
+    "spec-auto": (
+        profile(speculative={"num_steps": None, "eagle_topk": None, "num_draft_tokens": None}),
+        lambda s: None,
+    ),
+    "spec-rejected": (
+        profile(speculative={"num_steps": 3, "eagle_topk": None, "num_draft_tokens": None}),
+        lambda s: None,
+    ),
+    "flag-unknown": (
+        profile(engine={"args": {"cuda-graph-max-bs": 8}}),
+        profile(engine={"args": {"cuda-graph-max-bs-decode": 8}}),
+    ),
+    "flag-type": (
+        profile(engine={"args": {"max-running-requests": "many"}}),
+        profile(engine={"args": {"max-running-requests": 8}}),
+    ),
+    "flag-choice": (
+        profile(engine={"args": {"attention-backend": "flashinfr"}}),
+        profile(engine={"args": {"attention-backend": "flashinfer"}}),
+    ),
     "flag-reserved": (profile(engine={"args": {"tp-size": 2}}), profile(engine={"args": {"enable-metrics": True}})),
-    "flag-catalog-missing": (profile(engine={"version": "0.6.0", "args": {"enable-metrics": True}}), profile(engine={"version": "0.5.14", "args": {"enable-metrics": True}})),
+    "flag-catalog-missing": (
+        profile(engine={"version": "0.6.0", "args": {"enable-metrics": True}}),
+        profile(engine={"version": "0.5.14", "args": {"enable-metrics": True}}),
+    ),
     "probe-failed": (lambda s: setattr(s, "engine_python", "/nonexistent/python"), lambda s: None),
 }
 

@@ -9,11 +9,17 @@ from specctl.plan.host_checks import check_host
 from specctl.profile.profile import Profile
 
 PROFILE: dict[str, Any] = {
-    "metadata": {"name": "p", "version": 1}, "target": {"model": "/m"},
+    "metadata": {"name": "p", "version": 1},
+    "target": {"model": "/m"},
     "hardware": {"gpu": "b200", "gpus_per_node": 2},
     "engine": {"name": "sglang", "version": "0.5.23", "python": "/venv/bin/python", "port": 30000},
 }
-GOOD = {"host": "h", "gpus": [{"name": "NVIDIA B200", "memory_mib": 183359}] * 2, "python": "3.12.3", "engine_version": "0.5.23"}
+GOOD = {
+    "host": "h",
+    "gpus": [{"name": "NVIDIA B200", "memory_mib": 183359}] * 2,
+    "python": "3.12.3",
+    "engine_version": "0.5.23",
+}
 
 
 def codes(profile: dict[str, Any], facts: dict[str, Any]) -> list[str]:
@@ -34,5 +40,9 @@ def test_each_mismatch_has_its_code() -> None:
 
 
 def test_the_reference_engine_emulates_any_version_on_the_cpu() -> None:
-    profile = {**PROFILE, "hardware": {"gpu": "cpu", "gpus_per_node": 1}, "engine": {**PROFILE["engine"], "name": "reference"}}
+    profile = {
+        **PROFILE,
+        "hardware": {"gpu": "cpu", "gpus_per_node": 1},
+        "engine": {**PROFILE["engine"], "name": "reference"},
+    }
     assert codes(profile, {**GOOD, "gpus": [], "engine_version": "0.1.0"}) == []

@@ -59,7 +59,11 @@ def _strict(schema: Any) -> Any:
     if not isinstance(schema, dict):
         return schema
     out = {k: _strict(v) for k, v in schema.items()}
-    if "properties" in out and "additionalProperties" not in out and not out.get("x-kubernetes-preserve-unknown-fields"):
+    if (
+        "properties" in out
+        and "additionalProperties" not in out
+        and not out.get("x-kubernetes-preserve-unknown-fields")
+    ):
         out["additionalProperties"] = False
     return out
 
@@ -101,6 +105,7 @@ def _pod_rules(pod: Mapping[str, Any]) -> None:
 
 # --- Kubernetes' $(VAR) expansion, as in k8s.io/kubernetes third_party/forked/golang/expansion ------------
 
+
 def expand(text: str, env: Mapping[str, str]) -> str:
     """`$(NAME)` becomes env[NAME] when defined (else stays), `$$` becomes `$`, any other `$` stays."""
     out, i = [], 0
@@ -114,7 +119,7 @@ def expand(text: str, env: Mapping[str, str]) -> str:
             if nxt == "(":
                 end = text.find(")", i + 2)
                 if end != -1:
-                    name = text[i + 2:end]
+                    name = text[i + 2 : end]
                     out.append(env.get(name, f"$({name})"))
                     i = end + 1
                     continue
@@ -134,10 +139,17 @@ def test_the_expansion_model_follows_kubernetes() -> None:
 
 # --- rendering ----------------------------------------------------------------------------------------
 
+
 def objects(path: Path, *, baseline: bool = False, **options: Any) -> list[dict[str, Any]]:
     report = static.check(path, offline=True)
-    return k8s.manifests(report.inputs, report.resolution, K8sOptions(image=IMAGE, **options), baseline=baseline, stage=STAGE,
-                         materialise=k8s.MATERIALISE_SCRIPT.read_text())
+    return k8s.manifests(
+        report.inputs,
+        report.resolution,
+        K8sOptions(image=IMAGE, **options),
+        baseline=baseline,
+        stage=STAGE,
+        materialise=k8s.MATERIALISE_SCRIPT.read_text(),
+    )
 
 
 def by_kind(objs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
@@ -164,9 +176,12 @@ def two_nodes(example: Path, tmp_path: Path, **engine: Any) -> Path:
     base = yaml.safe_load((example.parent / data["extends"]).read_text()) if "extends" in data else data
     per_node = max(1, base.get("parallel", {}).get("tp", 1) // 2)
     variant: dict[str, Any] = {
-        "apiVersion": "specctl/v1", "kind": "Profile", "extends": str(example),
+        "apiVersion": "specctl/v1",
+        "kind": "Profile",
+        "extends": str(example),
         "metadata": {"name": f"{data['metadata']['name']}-2n", "version": data["metadata"]["version"]},
-        "parallel": {"tp": 2 * per_node, "nnodes": 2}, "hardware": {"gpu": base["hardware"]["gpu"], "gpus_per_node": per_node},
+        "parallel": {"tp": 2 * per_node, "nnodes": 2},
+        "hardware": {"gpu": base["hardware"]["gpu"], "gpus_per_node": per_node},
         "hosts": ["node-a", "node-b"],
     }
     if engine:
@@ -200,9 +215,12 @@ def test_a_misspelled_or_mistyped_field_fails_validation(hub_env: Path, tmp_path
     with pytest.raises(jsonschema.ValidationError, match="readinesProbe"):
         validate(deployment)
     lws = by_kind(objects(two_nodes(ROOT / "profiles" / "kimi-k2.5-tp8.yaml", tmp_path)))["LeaderWorkerSet"]
-    for path, value in ((("spec", "leaderWorkerTemplate", "sise"), 2), (("spec", "leaderWorkerTemplate", "size"), "2"),
-                        (("spec", "startupPolicy"), "LeaderStarted"),
-                        (("spec", "leaderWorkerTemplate", "workerTemplate", "spec", "containers", 0, "resource"), {})):
+    for path, value in (
+        (("spec", "leaderWorkerTemplate", "sise"), 2),
+        (("spec", "leaderWorkerTemplate", "size"), "2"),
+        (("spec", "startupPolicy"), "LeaderStarted"),
+        (("spec", "leaderWorkerTemplate", "workerTemplate", "spec", "containers", 0, "resource"), {}),
+    ):
         broken = json.loads(json.dumps(lws))
         *parents, last = path
         node = broken
@@ -218,16 +236,24 @@ def _expected(argv: tuple[str, ...], python: str, *, leader_port: int | None) ->
     out = ["/specctl/release/drafter-overlay" if w == OVERLAY_PATH else w.replace("$", "$$") for w in argv]
     out[0] = python
     for i, word in enumerate(argv[:-1]):
-        value = {"--host": "0.0.0.0", "--node-rank": "$(LWS_WORKER_INDEX)",
-                 "--dist-init-addr": f"$(LWS_LEADER_ADDRESS):{leader_port}"}.get(word)
+        value = {
+            "--host": "0.0.0.0",
+            "--node-rank": "$(LWS_WORKER_INDEX)",
+            "--dist-init-addr": f"$(LWS_LEADER_ADDRESS):{leader_port}",
+        }.get(word)
         if value is not None:
             out[i + 1] = value
     return out
 
 
 def test_the_pods_run_the_plans_argv_with_exactly_the_documented_rewrites(hub_env: Path, tmp_path: Path) -> None:
-    path = two_nodes(ROOT / "profiles" / "kimi-k2.5-tp8.yaml", tmp_path, host="127.0.0.1", port=31000,
-                     args={"served-model-name": "kimi$(HOME)$$", "trust-remote-code": True})
+    path = two_nodes(
+        ROOT / "profiles" / "kimi-k2.5-tp8.yaml",
+        tmp_path,
+        host="127.0.0.1",
+        port=31000,
+        args={"served-model-name": "kimi$(HOME)$$", "trust-remote-code": True},
+    )
     report = static.check(path, offline=True)
     plan = static.plan(report)  # what a deploy over SSH runs
     objs = objects(path)
@@ -246,7 +272,10 @@ def test_the_pods_run_the_plans_argv_with_exactly_the_documented_rewrites(hub_en
     assert len(rewrites) == 4 and rewrites[1].startswith("engine.host 127.0.0.1 -> 0.0.0.0")
     assert [p["containerPort"] for p in server(leader)["ports"]] == [31000, 50000] and "ports" not in server(worker)
     service = by_kind(objs)["Service"]
-    assert service["spec"]["selector"] == {"leaderworkerset.sigs.k8s.io/name": "kimi-k2-5-tp8-2n", "leaderworkerset.sigs.k8s.io/worker-index": "0"}
+    assert service["spec"]["selector"] == {
+        "leaderworkerset.sigs.k8s.io/name": "kimi-k2-5-tp8-2n",
+        "leaderworkerset.sigs.k8s.io/worker-index": "0",
+    }
     assert service["spec"]["ports"][0]["port"] == 31000
 
 
@@ -257,10 +286,18 @@ TEXT = st.text(st.characters(blacklist_characters="\x00", blacklist_categories=(
 @given(env_value=TEXT, arg_value=TEXT, model=TEXT.filter(lambda m: not m.startswith("/")))
 def test_no_profile_string_is_expanded_by_kubernetes(env_value: str, arg_value: str, model: str) -> None:
     data: dict[str, Any] = {
-        "apiVersion": "specctl/v1", "kind": "Profile", "metadata": {"name": "x", "version": 1},
-        "target": {"model": model, "revision": "a" * 40}, "parallel": {"tp": 2, "nnodes": 2},
+        "apiVersion": "specctl/v1",
+        "kind": "Profile",
+        "metadata": {"name": "x", "version": 1},
+        "target": {"model": model, "revision": "a" * 40},
+        "parallel": {"tp": 2, "nnodes": 2},
         "hardware": {"gpu": "h100", "gpus_per_node": 1},
-        "engine": {"name": "sglang", "version": "0.5.23", "env": {"SOME_VAR": env_value}, "args": {"served-model-name": arg_value}},
+        "engine": {
+            "name": "sglang",
+            "version": "0.5.23",
+            "env": {"SOME_VAR": env_value},
+            "args": {"served-model-name": arg_value},
+        },
         "hosts": ["a", "b"],
     }
     inputs = Inputs(Profile.model_validate(data), "p.yaml", "0" * 64, get_engine("sglang"))
@@ -268,26 +305,49 @@ def test_no_profile_string_is_expanded_by_kubernetes(env_value: str, arg_value: 
     plan = build_plan(inputs, None, node0_address="leader.ns")
     for pod, node in zip(pods(objs), plan.nodes, strict=True):
         container = server(pod)
-        lws_env = {"LWS_WORKER_INDEX": str(node.rank), "LWS_LEADER_ADDRESS": "leader.ns", "SOME_VAR": "x", "HOME": "/root"}
+        lws_env = {
+            "LWS_WORKER_INDEX": str(node.rank),
+            "LWS_LEADER_ADDRESS": "leader.ns",
+            "SOME_VAR": "x",
+            "HOME": "/root",
+        }
         assert [expand(w, lws_env) for w in container["command"]][1:] == list(node.argv)[1:]
         [some] = [e for e in container["env"] if e["name"] == "SOME_VAR"]
         assert expand(some["value"], lws_env) == env_value
 
 
-CONTROL_TEXT = st.text(st.one_of(st.characters(whitelist_categories=("Cc", "Cf", "Zl", "Zp"), blacklist_characters="\x00"),
-                                 st.sampled_from(["\n", "\t", "'", '"', "$", "\\", "#", ":", "-", " ", "é", "|"])), min_size=1, max_size=20)
+CONTROL_TEXT = st.text(
+    st.one_of(
+        st.characters(whitelist_categories=("Cc", "Cf", "Zl", "Zp"), blacklist_characters="\x00"),
+        st.sampled_from(["\n", "\t", "'", '"', "$", "\\", "#", ":", "-", " ", "é", "|"]),
+    ),
+    min_size=1,
+    max_size=20,
+)
 
 
 @settings(max_examples=60, deadline=None)
 @given(value=CONTROL_TEXT)
 def test_the_yaml_shows_only_ascii_and_reads_back_exactly(value: str) -> None:
     data: dict[str, Any] = {
-        "apiVersion": "specctl/v1", "kind": "Profile", "metadata": {"name": "x", "version": 1, "description": value},
-        "target": {"model": "org/model", "revision": "a" * 40}, "hardware": {"gpu": "h100", "gpus_per_node": 1},
-        "engine": {"name": "sglang", "version": "0.5.23", "env": {"SOME_VAR": value}, "args": {"served-model-name": value}},
+        "apiVersion": "specctl/v1",
+        "kind": "Profile",
+        "metadata": {"name": "x", "version": 1, "description": value},
+        "target": {"model": "org/model", "revision": "a" * 40},
+        "hardware": {"gpu": "h100", "gpus_per_node": 1},
+        "engine": {
+            "name": "sglang",
+            "version": "0.5.23",
+            "env": {"SOME_VAR": value},
+            "args": {"served-model-name": value},
+        },
     }
-    objs = k8s.manifests(Inputs(Profile.model_validate(data), "p.yaml", "0" * 64, get_engine("sglang")), None,
-                         K8sOptions(image=IMAGE), stage=STAGE)
+    objs = k8s.manifests(
+        Inputs(Profile.model_validate(data), "p.yaml", "0" * 64, get_engine("sglang")),
+        None,
+        K8sOptions(image=IMAGE),
+        stage=STAGE,
+    )
     text = k8s.render_yaml(objs, "header")
     assert text.isascii() and all(c.isprintable() or c == "\n" for c in text)
     assert list(yaml.safe_load_all(text)) == objs
@@ -302,8 +362,11 @@ def test_secrets_are_referenced_never_valued(hub_env: Path, monkeypatch: pytest.
         for container in [*pod["spec"]["initContainers"], *pod["spec"]["containers"]]:
             tokens = [e for e in container["env"] if e["name"] == "HF_TOKEN"]
             # the stage step downloads with the token, the server may need it; materialise reads the cache only
-            assert tokens == ([] if container["name"] == "materialise" else
-                              [{"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "hub-token", "key": "HF_TOKEN"}}}])
+            assert tokens == (
+                []
+                if container["name"] == "materialise"
+                else [{"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "hub-token", "key": "HF_TOKEN"}}}]
+            )
 
 
 def test_gpus_shared_memory_and_probes(hub_env: Path, tmp_path: Path) -> None:
@@ -315,7 +378,10 @@ def test_gpus_shared_memory_and_probes(hub_env: Path, tmp_path: Path) -> None:
     assert container["readinessProbe"]["httpGet"] == {"path": "/health_generate", "port": "http"}
     assert container["livenessProbe"]["httpGet"] == {"path": "/health", "port": "http"}
     startup = container["startupProbe"]
-    assert startup["httpGet"]["path"] == "/health" and startup["periodSeconds"] * startup["failureThreshold"] >= STARTUP_BUDGET_S
+    assert (
+        startup["httpGet"]["path"] == "/health"
+        and startup["periodSeconds"] * startup["failureThreshold"] >= STARTUP_BUDGET_S
+    )
     leader, worker = pods(objects(two_nodes(ROOT / "profiles" / "kimi-k2.5-tp8.yaml", tmp_path)))
     assert server(worker)["resources"]["limits"] == {"nvidia.com/gpu": "4"}
     assert not {"readinessProbe", "livenessProbe", "startupProbe"} & set(server(worker))  # other ranks serve no HTTP
@@ -328,10 +394,15 @@ def test_the_contract_is_on_every_object(hub_env: Path) -> None:
         notes = obj["metadata"]["annotations"]
         assert notes["specctl/profile"] == "kimi-k2.5-tp8" and notes["specctl/profile-version"] == "3"
         assert notes["specctl/profile-sha256"] == plan.sha256 and notes["specctl/engine"] == "sglang 0.5.23"
-        assert json.loads(notes["specctl/capture-layers"]) == [2, 30, 58] and json.loads(notes["specctl/capture-ids"]) == [3, 31, 59]
+        assert json.loads(notes["specctl/capture-layers"]) == [2, 30, 58] and json.loads(
+            notes["specctl/capture-ids"]
+        ) == [3, 31, 59]
         assert obj["metadata"]["labels"]["app.kubernetes.io/instance"] == "kimi-k2-5-tp8"
     [pod] = pods(objs)
-    assert pod["metadata"]["labels"]["specctl/profile-version"] == "3" and "specctl/files-sha256" in pod["metadata"]["annotations"]
+    assert (
+        pod["metadata"]["labels"]["specctl/profile-version"] == "3"
+        and "specctl/files-sha256" in pod["metadata"]["annotations"]
+    )
     baseline = objects(ROOT / "profiles" / "kimi-k2.5-tp8.yaml", baseline=True)
     assert by_kind(baseline)["Deployment"]["metadata"]["name"] == "kimi-k2-5-tp8-baseline"
     assert "specctl/capture-layers" not in by_kind(baseline)["Deployment"]["metadata"]["annotations"]
@@ -345,8 +416,12 @@ def test_the_overlay_and_files_come_from_the_configmap(tmp_path: Path) -> None:
     path = s.write()
     report = static.check(path, offline=True)
     plan = static.plan(report)
-    objs = k8s.manifests(report.inputs, report.resolution, K8sOptions(image=IMAGE, model_mount=str(tmp_path)),
-                         materialise=k8s.MATERIALISE_SCRIPT.read_text())
+    objs = k8s.manifests(
+        report.inputs,
+        report.resolution,
+        K8sOptions(image=IMAGE, model_mount=str(tmp_path)),
+        materialise=k8s.MATERIALISE_SCRIPT.read_text(),
+    )
     data = by_kind(objs)["ConfigMap"]["data"]
     assert plan.overlay is not None and json.loads(data["drafter-config.json"]) == plan.overlay.config
     assert json.loads(data["speculative-adaptive.json"]) == plan.files["speculative-adaptive.json"]
@@ -356,7 +431,9 @@ def test_the_overlay_and_files_come_from_the_configmap(tmp_path: Path) -> None:
     assert command[command.index("--speculative-adaptive-config") + 1] == "/specctl/release/speculative-adaptive.json"
 
 
-def _run_materialise(objs: list[dict[str, Any]], pod_root: Path, env: Mapping[str, str]) -> subprocess.CompletedProcess[str]:
+def _run_materialise(
+    objs: list[dict[str, Any]], pod_root: Path, env: Mapping[str, str]
+) -> subprocess.CompletedProcess[str]:
     """Run the materialise init container as the pod would, with /specctl/ moved under `pod_root`."""
     config = pod_root / "config"
     config.mkdir(parents=True, exist_ok=True)
@@ -366,15 +443,20 @@ def _run_materialise(objs: list[dict[str, Any]], pod_root: Path, env: Mapping[st
     python, script, argument = init["command"]
     assert script == "/specctl/config/materialise.py"
     argument = expand(argument, {}).replace("/specctl/", f"{pod_root}/")
-    return subprocess.run([sys.executable, str(config / "materialise.py"), argument], capture_output=True, text=True,
-                          env={**os.environ, **env}, check=False)
+    return subprocess.run(
+        [sys.executable, str(config / "materialise.py"), argument],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **env},
+        check=False,
+    )
 
 
 def test_materialise_lays_out_the_overlay_from_the_staged_drafter(hub_env: Path, tmp_path: Path) -> None:
     objs = objects(ROOT / "profiles" / "kimi-k2.5-tp8.yaml")
     plan = static.plan(static.check(ROOT / "profiles" / "kimi-k2.5-tp8.yaml", offline=True))
     assert plan.overlay is not None
-    for attempt in (1, 2):  # a restarted init container ends in the same state
+    for _attempt in (1, 2):  # a restarted init container ends in the same state
         result = _run_materialise(objs, tmp_path / "pod", {"HF_HUB_CACHE": str(hub_env), "HF_HUB_OFFLINE": "1"})
         assert result.returncode == 0, result.stderr
     overlay = tmp_path / "pod" / "release" / "drafter-overlay"
@@ -386,20 +468,40 @@ def test_materialise_lays_out_the_overlay_from_the_staged_drafter(hub_env: Path,
 
 def test_materialise_says_what_is_missing(hub_env: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     objs = objects(ROOT / "profiles" / "kimi-k2.5-tp8.yaml")
-    result = _run_materialise(objs, tmp_path / "pod", {"HF_HUB_CACHE": str(tmp_path / "empty-cache"), "HF_HUB_OFFLINE": "1"})
-    assert result.returncode == 1 and "AQ-MedAI/Kimi-K25-eagle3@" in result.stderr and "the stage init container" in result.stderr
+    result = _run_materialise(
+        objs, tmp_path / "pod", {"HF_HUB_CACHE": str(tmp_path / "empty-cache"), "HF_HUB_OFFLINE": "1"}
+    )
+    assert (
+        result.returncode == 1
+        and "AQ-MedAI/Kimi-K25-eagle3@" in result.stderr
+        and "the stage init container" in result.stderr
+    )
 
 
-@pytest.mark.parametrize(("profile_name", "baseline", "name"), [
-    ("kimi-k2.5-tp8", False, "kimi-k2-5-tp8"), ("kimi-k2.5-tp8", True, "kimi-k2-5-tp8-baseline"),
-    ("7b_chat", False, "specctl-7b-chat"), ("a" * 100, True, f"{'a' * 24}-{__import__('hashlib').sha256(b'a' * 100).hexdigest()[:6]}-baseline"),
-])
+@pytest.mark.parametrize(
+    ("profile_name", "baseline", "name"),
+    [
+        ("kimi-k2.5-tp8", False, "kimi-k2-5-tp8"),
+        ("kimi-k2.5-tp8", True, "kimi-k2-5-tp8-baseline"),
+        ("7b_chat", False, "specctl-7b-chat"),
+        ("a" * 100, True, f"{'a' * 24}-{__import__('hashlib').sha256(b'a' * 100).hexdigest()[:6]}-baseline"),
+    ],
+)
 def test_names_are_dns_labels_short_enough_for_lws(profile_name: str, baseline: bool, name: str) -> None:
     assert k8s.resource_name(profile_name, baseline) == name and len(name) <= k8s.MAX_NAME_CHARS
 
 
-@pytest.mark.parametrize("options", [{"name": "Kimi"}, {"name": "x" * 41}, {"namespace": "a.b"}, {"secret_name": "Bad_Name"},
-                                     {"model_pvc": "-x"}, {"model_mount": "models"}])
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"name": "Kimi"},
+        {"name": "x" * 41},
+        {"namespace": "a.b"},
+        {"secret_name": "Bad_Name"},
+        {"model_pvc": "-x"},
+        {"model_mount": "models"},
+    ],
+)
 def test_names_kubernetes_would_refuse_are_input_errors(options: dict[str, Any], hub_env: Path) -> None:
     with pytest.raises(InputError):
         objects(ROOT / "profiles" / "qwen3-8b-rtx.yaml", **options)
@@ -413,7 +515,9 @@ def test_a_host_path_outside_the_model_volume_is_refused(tmp_path: Path) -> None
     [pod] = pods(objs)
     assert {"name": "model", "persistentVolumeClaim": {"claimName": "models"}} in pod["spec"]["volumes"]
     assert {"name": "HF_HOME", "value": f"{tmp_path}/huggingface"} in server(pod)["env"]
-    assert str(tmp_path / "target") in json.loads(by_kind(objs)["Deployment"]["metadata"]["annotations"]["specctl/local-paths"])
+    assert str(tmp_path / "target") in json.loads(
+        by_kind(objs)["Deployment"]["metadata"]["annotations"]["specctl/local-paths"]
+    )
 
 
 def test_render_is_deterministic(hub_env: Path, tmp_path: Path) -> None:
@@ -425,7 +529,12 @@ def test_nodes_that_differ_beyond_their_rank_are_refused(hub_env: Path, tmp_path
     report = static.check(two_nodes(ROOT / "profiles" / "kimi-k2.5-tp8.yaml", tmp_path), offline=True)
     plan = k8s.pod_plan(report.inputs, report.resolution)
     odd = NodePlan(1, None, (*plan.nodes[1].argv[:-1], "other"), plan.nodes[1].env)
-    render: Callable[..., Any] = k8s._Render  # noqa: SLF001 - the guard sits below the public function
+    render: Callable[..., Any] = k8s._Render
     with pytest.raises(ValueError, match="rank alone"):
-        render(plan.__class__(**{**plan.__dict__, "nodes": (plan.nodes[0], odd)}), report.inputs.profile,
-               K8sOptions(image=IMAGE), STAGE, "source")
+        render(
+            plan.__class__(**{**plan.__dict__, "nodes": (plan.nodes[0], odd)}),
+            report.inputs.profile,
+            K8sOptions(image=IMAGE),
+            STAGE,
+            "source",
+        )

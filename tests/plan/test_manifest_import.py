@@ -20,10 +20,22 @@ def test_conventions_to_canonical() -> None:
     assert layers_from_ids([1, 15, 28], "specforge", num_layers=32) == [1, 15, 28]
     assert layers_from_ids([0, 16, 29], "vllm", num_layers=32) == ["embedding", 15, 28]
     sglang = get_engine("sglang")
-    assert layers_from_ids([2, 30, 58], "sglang", num_layers=61, engine=sglang, engine_version="0.5.23",
-                           architecture="DeepseekV3ForCausalLM") == [1, 29, 57]
-    assert layers_from_ids([1, 29, 57], "sglang", num_layers=61, engine=sglang, engine_version="0.5.23",
-                           architecture="DeepseekV3ForCausalLM") == [1, 29, 57]
+    assert layers_from_ids(
+        [2, 30, 58],
+        "sglang",
+        num_layers=61,
+        engine=sglang,
+        engine_version="0.5.23",
+        architecture="DeepseekV3ForCausalLM",
+    ) == [1, 29, 57]
+    assert layers_from_ids(
+        [1, 29, 57],
+        "sglang",
+        num_layers=61,
+        engine=sglang,
+        engine_version="0.5.23",
+        architecture="DeepseekV3ForCausalLM",
+    ) == [1, 29, 57]
     with pytest.raises(ManifestImportError):
         layers_from_ids([-1, 2], "specforge", num_layers=32)
 
@@ -45,8 +57,17 @@ def test_ambiguous_ids_are_refused_with_both_readings(cli: Any, pair: Scenario) 
 
 def test_import_writes_a_manifest_that_loads(cli: Any, pair: Scenario, tmp_path: Path) -> None:
     out = tmp_path / "out" / "m.yaml"
-    result = cli("manifest", "import", str(pair.root / "drafter"), "--target", str(pair.root / "target"),
-                 "--convention", "specforge", "-o", str(out))
+    result = cli(
+        "manifest",
+        "import",
+        str(pair.root / "drafter"),
+        "--target",
+        str(pair.root / "target"),
+        "--convention",
+        "specforge",
+        "-o",
+        str(out),
+    )
     assert result.code == 0, result.stderr
     manifest = load_manifest(out).model
     assert manifest.capture.layers == [1, 15, 28] and manifest.capture.width == 768
@@ -57,8 +78,16 @@ def test_import_writes_a_manifest_that_loads(cli: Any, pair: Scenario, tmp_path:
 def test_training_state_run_config_decides(cli: Any, pair: Scenario, tmp_path: Path) -> None:
     run = tmp_path / "run.json"
     run.write_text(json.dumps({"model": {"aux_hidden_state_layer_ids": [1, 15, 28]}, "tp_size": 4}))
-    result = cli("--json", "manifest", "import", str(pair.root / "drafter"), "--target", str(pair.root / "target"),
-                 "--training-state", str(run))
+    result = cli(
+        "--json",
+        "manifest",
+        "import",
+        str(pair.root / "drafter"),
+        "--target",
+        str(pair.root / "target"),
+        "--training-state",
+        str(run),
+    )
     assert result.code == 0, result.stderr
     data = result.json()
     assert data["capture"]["layers"] == [1, 15, 28] and data["training"]["tp"] == 4
@@ -69,15 +98,27 @@ def test_no_ids_needs_a_trainer_and_width_must_fit(cli: Any, tmp_path: Path) -> 
     del s.drafter_config["eagle_config"]
     s.write()
     assert cli("manifest", "import", str(tmp_path / "drafter"), "--target", str(tmp_path / "target")).code == 2
-    data = cli("--json", "manifest", "import", str(tmp_path / "drafter"), "--target", str(tmp_path / "target"),
-               "--convention", "vllm").json()
+    data = cli(
+        "--json",
+        "manifest",
+        "import",
+        str(tmp_path / "drafter"),
+        "--target",
+        str(tmp_path / "target"),
+        "--convention",
+        "vllm",
+    ).json()
     assert data["capture"]["layers"] == [1, 15, 28]
     config = {**DRAFTER_CONFIG}
     write_checkpoint(tmp_path / "d2", config, eagle3_tensors(config, 256, captures=2))
-    result = cli("manifest", "import", str(tmp_path / "d2"), "--target", str(tmp_path / "target"), "--convention", "specforge")
+    result = cli(
+        "manifest", "import", str(tmp_path / "d2"), "--target", str(tmp_path / "target"), "--convention", "specforge"
+    )
     assert result.code == 2 and "fc.weight takes 512" in result.stderr
 
 
 def test_unknown_convention_is_a_usage_error(cli: Any, pair: Scenario) -> None:
-    result = cli("manifest", "import", str(pair.root / "drafter"), "--target", str(pair.root / "target"), "--convention", "hf")
+    result = cli(
+        "manifest", "import", str(pair.root / "drafter"), "--target", str(pair.root / "target"), "--convention", "hf"
+    )
     assert result.code == 2

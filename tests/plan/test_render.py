@@ -56,13 +56,37 @@ def test_same_ids_under_a_llama_target_need_no_overlay(tmp_path: Path) -> None:
 def test_exact_argv_of_the_llama_example(hub_env: Path) -> None:
     plan = static.plan(static.check(ROOT / "profiles" / "llama-3.1-8b-b200.yaml", offline=True))
     assert plan.nodes[0].argv == (
-        "python3", "-m", "sglang.launch_server", "--model-path", "meta-llama/Llama-3.1-8B-Instruct",
-        "--revision", "d8be57a14bc73139e4febbd443298aac65ea5315", "--speculative-algorithm", "EAGLE3",
-        "--speculative-draft-model-path", "jamesliu1/sglang-EAGLE3-Llama-3.1-Instruct-8B",
-        "--speculative-draft-model-revision", "2f9dba266dec8aa73edb4220f83f5d0534b9fc4b",
-        "--speculative-num-steps", "3", "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "4",
-        "--tp-size", "1", "--host", "0.0.0.0", "--port", "30000",
-        "--mem-fraction-static", "0.8", "--max-running-requests", "64", "--dtype", "bfloat16",
+        "python3",
+        "-m",
+        "sglang.launch_server",
+        "--model-path",
+        "meta-llama/Llama-3.1-8B-Instruct",
+        "--revision",
+        "d8be57a14bc73139e4febbd443298aac65ea5315",
+        "--speculative-algorithm",
+        "EAGLE3",
+        "--speculative-draft-model-path",
+        "jamesliu1/sglang-EAGLE3-Llama-3.1-Instruct-8B",
+        "--speculative-draft-model-revision",
+        "2f9dba266dec8aa73edb4220f83f5d0534b9fc4b",
+        "--speculative-num-steps",
+        "3",
+        "--speculative-eagle-topk",
+        "1",
+        "--speculative-num-draft-tokens",
+        "4",
+        "--tp-size",
+        "1",
+        "--host",
+        "0.0.0.0",
+        "--port",
+        "30000",
+        "--mem-fraction-static",
+        "0.8",
+        "--max-running-requests",
+        "64",
+        "--dtype",
+        "bfloat16",
     )
 
 
@@ -76,7 +100,9 @@ def test_baseline_drops_speculation_and_render_is_deterministic(hub_env: Path) -
 
 def test_multi_node_ranks_share_one_dist_init_address(tmp_path: Path) -> None:
     s = Scenario(tmp_path)
-    s.profile = merge(s.profile, {"parallel": {"tp": 8, "nnodes": 2}, "hardware": {"gpus_per_node": 4}, "hosts": ["node-a", "node-b"]})
+    s.profile = merge(
+        s.profile, {"parallel": {"tp": 8, "nnodes": 2}, "hardware": {"gpus_per_node": 4}, "hosts": ["node-a", "node-b"]}
+    )
     plan = static.plan(static.check(s.write()))
     assert [n.rank for n in plan.nodes] == [0, 1] and [n.host for n in plan.nodes] == ["node-a", "node-b"]
     for node in plan.nodes:
@@ -95,8 +121,12 @@ def _script_argv(script: str, release: Path) -> tuple[list[str], dict[str, str]]
     """Run the script with `exec` replaced by printf: the real shell expands every word exactly as it would."""
     probe = script.replace("\nexec ", "\nenv -0 > \"$SPECCTL_PROBE_ENV\"\nprintf '%s\\0' ", 1)
     env_file = release / "env.out"
-    result = subprocess.run(["sh", "-c", probe, str(release / "launch.sh")], capture_output=True, check=True,
-                            env={"PATH": os.environ["PATH"], "SPECCTL_PROBE_ENV": str(env_file), "SPECCTL_RELEASE_DIR": str(release)})
+    result = subprocess.run(
+        ["sh", "-c", probe, str(release / "launch.sh")],
+        capture_output=True,
+        check=True,
+        env={"PATH": os.environ["PATH"], "SPECCTL_PROBE_ENV": str(env_file), "SPECCTL_RELEASE_DIR": str(release)},
+    )
     argv = result.stdout.decode().split("\0")[:-1]
     env = dict(item.split("=", 1) for item in env_file.read_bytes().decode().split("\0") if "=" in item)
     return argv, env
@@ -104,14 +134,33 @@ def _script_argv(script: str, release: Path) -> tuple[list[str], dict[str, str]]
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(model=TEXT, python=TEXT, host=TEXT, env_value=TEXT, arg_value=TEXT, drafter=TEXT, node=TEXT, description=TEXT)
-def test_no_profile_string_can_inject_shell(tmp_path: Path, model: str, python: str, host: str, env_value: str,
-                                           arg_value: str, drafter: str, node: str, description: str) -> None:
+def test_no_profile_string_can_inject_shell(
+    tmp_path: Path,
+    model: str,
+    python: str,
+    host: str,
+    env_value: str,
+    arg_value: str,
+    drafter: str,
+    node: str,
+    description: str,
+) -> None:
     data: dict[str, Any] = {
-        "apiVersion": "specctl/v1", "kind": "Profile", "metadata": {"name": "x", "version": 1, "description": description},
-        "target": {"model": model, "revision": "a" * 40}, "drafter": {"model": drafter, "revision": "b" * 40, "manifest": "m.yaml"},
-        "parallel": {"tp": 2, "nnodes": 2}, "hardware": {"gpu": "h100", "gpus_per_node": 1},
-        "engine": {"name": "sglang", "version": "0.5.23", "python": python, "host": host, "env": {"SOME_VAR": env_value},
-                   "args": {"served-model-name": arg_value}},
+        "apiVersion": "specctl/v1",
+        "kind": "Profile",
+        "metadata": {"name": "x", "version": 1, "description": description},
+        "target": {"model": model, "revision": "a" * 40},
+        "drafter": {"model": drafter, "revision": "b" * 40, "manifest": "m.yaml"},
+        "parallel": {"tp": 2, "nnodes": 2},
+        "hardware": {"gpu": "h100", "gpus_per_node": 1},
+        "engine": {
+            "name": "sglang",
+            "version": "0.5.23",
+            "python": python,
+            "host": host,
+            "env": {"SOME_VAR": env_value},
+            "args": {"served-model-name": arg_value},
+        },
         "hosts": [node, "other"],
     }
     profile = Profile.model_validate(data)
@@ -133,19 +182,32 @@ def _printable(script: str) -> bool:
 # strings dense in what a terminal acts on (C0 and C1 controls, DEL, bidi overrides, line separators),
 # mixed with what quoting must keep: newlines (also trailing ones), tabs, quotes, $ and backslashes
 CONTROL_TEXT = st.text(
-    st.one_of(st.characters(whitelist_categories=("Cc", "Cf", "Zl", "Zp"), blacklist_characters="\x00"),
-              st.sampled_from(["\n", "\t", "'", '"', "$", "\\", "`", " ", "a", "%", "é"])),
-    min_size=1, max_size=20,
+    st.one_of(
+        st.characters(whitelist_categories=("Cc", "Cf", "Zl", "Zp"), blacklist_characters="\x00"),
+        st.sampled_from(["\n", "\t", "'", '"', "$", "\\", "`", " ", "a", "%", "é"]),
+    ),
+    min_size=1,
+    max_size=20,
 )
 
 
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(value=CONTROL_TEXT, env_value=CONTROL_TEXT, model=CONTROL_TEXT)
-def test_control_characters_render_printable_and_run_exactly(tmp_path: Path, value: str, env_value: str, model: str) -> None:
+def test_control_characters_render_printable_and_run_exactly(
+    tmp_path: Path, value: str, env_value: str, model: str
+) -> None:
     data: dict[str, Any] = {
-        "apiVersion": "specctl/v1", "kind": "Profile", "metadata": {"name": "x", "version": 1},
-        "target": {"model": model, "allow_unpinned": True}, "hardware": {"gpu": "h100", "gpus_per_node": 1},
-        "engine": {"name": "sglang", "version": "0.5.23", "env": {"SOME_VAR": env_value}, "args": {"served-model-name": value}},
+        "apiVersion": "specctl/v1",
+        "kind": "Profile",
+        "metadata": {"name": "x", "version": 1},
+        "target": {"model": model, "allow_unpinned": True},
+        "hardware": {"gpu": "h100", "gpus_per_node": 1},
+        "engine": {
+            "name": "sglang",
+            "version": "0.5.23",
+            "env": {"SOME_VAR": env_value},
+            "args": {"served-model-name": value},
+        },
     }
     plan = build_plan(Inputs(Profile.model_validate(data), "p.yaml", "0" * 64, get_engine("sglang")), None)
     script = render_sh(plan, plan.nodes[0])
@@ -156,8 +218,8 @@ def test_control_characters_render_printable_and_run_exactly(tmp_path: Path, val
 
 
 def test_quote_spells_out_controls_and_keeps_newlines_literal() -> None:
-    assert quote("\x1b[31mred\n") == '"$(printf \'\\033\')"\'[31mred\n\''
-    assert quote("a\u202eb") == 'a"$(printf \'\\342\\200\\256\')"b'
+    assert quote("\x1b[31mred\n") == "\"$(printf '\\033')\"'[31mred\n'"
+    assert quote("a\u202eb") == "a\"$(printf '\\342\\200\\256')\"b"
     assert quote("plain") == "plain" and quote("") == "''"
 
 
@@ -173,12 +235,20 @@ def test_adaptive_tiers_travel_in_the_release_and_the_launch_script_names_them(t
     from specctl.release.release import release_files
 
     s = Scenario(tmp_path)
-    s.profile = merge(s.profile, {"speculative": {"adaptive": {1: {"candidate_steps": [1, 3]}, 8: {"candidate_steps": [0, 1],
-                                                                                                     "ema_alpha": 0.5}}}})
+    s.profile = merge(
+        s.profile,
+        {
+            "speculative": {
+                "adaptive": {1: {"candidate_steps": [1, 3]}, 8: {"candidate_steps": [0, 1], "ema_alpha": 0.5}}
+            }
+        },
+    )
     plan = static.plan(static.check(s.write()))
     argv = plan.nodes[0].argv
     assert "--speculative-adaptive" in argv and argv[argv.index("--speculative-adaptive-config") + 1] == ADAPTIVE_PATH
-    assert plan.files == {ADAPTIVE_FILE: {"1": {"candidate_steps": [1, 3]}, "8": {"candidate_steps": [0, 1], "ema_alpha": 0.5}}}
+    assert plan.files == {
+        ADAPTIVE_FILE: {"1": {"candidate_steps": [1, 3]}, "8": {"candidate_steps": [0, 1], "ema_alpha": 0.5}}
+    }
     files = release_files(plan, plan.nodes[0], {})
     assert ADAPTIVE_FILE in files and b'"candidate_steps"' in files[ADAPTIVE_FILE][0]  # type: ignore[index]
     script = render_sh(plan, plan.nodes[0])

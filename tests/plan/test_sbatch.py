@@ -28,14 +28,39 @@ def two_node_plan(tmp_path: Path) -> tuple[static.CheckReport, Plan]:
 
 def test_the_cluster_entry_becomes_sbatch_options(tmp_path: Path) -> None:
     _, plan = two_node_plan(tmp_path)
-    job = JobSettings("/shared/p/releases/r1", "/shared/p", "r1", plan.profile, partition="gpu", account="team a", time="01:00:00",
-                      gres="gpu:1", sbatch_args=("--exclusive",), srun_args=("--container-image=img:1",))
+    job = JobSettings(
+        "/shared/p/releases/r1",
+        "/shared/p",
+        "r1",
+        plan.profile,
+        partition="gpu",
+        account="team a",
+        time="01:00:00",
+        gres="gpu:1",
+        sbatch_args=("--exclusive",),
+        srun_args=("--container-image=img:1",),
+    )
     script = render_sbatch(plan, job)
     directives = [line.removeprefix("#SBATCH ") for line in script.splitlines() if line.startswith("#SBATCH")]
-    assert directives == [f"--job-name={job_name(plan.profile, 'r1')}", "--nodes=2", "--ntasks-per-node=1",
-                          "--output=/shared/p/releases/r1/server.log", "--open-mode=append", "--chdir=/shared/p/releases/r1",
-                          "--exclusive", "--mem=0", "--partition=gpu", "'--account=team a'", "--time=01:00:00", "--gres=gpu:1", "--exclusive"]
-    assert 'srun --kill-on-bad-exit=1 --ntasks=2 --ntasks-per-node=1 --cpus-per-task="$cpus" --container-image=img:1 sh -c' in script
+    assert directives == [
+        f"--job-name={job_name(plan.profile, 'r1')}",
+        "--nodes=2",
+        "--ntasks-per-node=1",
+        "--output=/shared/p/releases/r1/server.log",
+        "--open-mode=append",
+        "--chdir=/shared/p/releases/r1",
+        "--exclusive",
+        "--mem=0",
+        "--partition=gpu",
+        "'--account=team a'",
+        "--time=01:00:00",
+        "--gres=gpu:1",
+        "--exclusive",
+    ]
+    assert (
+        'srun --kill-on-bad-exit=1 --ntasks=2 --ntasks-per-node=1 --cpus-per-task="$cpus" --container-image=img:1 sh -c'
+        in script
+    )
 
 
 def test_every_rank_meets_at_the_allocations_first_node(tmp_path: Path) -> None:
@@ -50,24 +75,37 @@ def test_every_rank_meets_at_the_allocations_first_node(tmp_path: Path) -> None:
     # stand-ins for the Slurm commands the job calls; every rank's launch script records its argv instead of exec'ing
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
-    (bin_dir / "scontrol").write_text('#!/bin/sh\ncase "$2" in hostnames) echo n7; echo n8;; node) '
-                                      'echo "NodeName=n7 Arch=x86_64 NodeAddr=10.9.0.7 NodeHostName=n7";; esac\n')
-    (bin_dir / "srun").write_text('#!/bin/sh\nwhile [ "${1#-}" != "$1" ]; do shift; done\n'
-                                  'for r in 0 1; do SLURM_NODEID=$r "$@"; done\n')
+    (bin_dir / "scontrol").write_text(
+        '#!/bin/sh\ncase "$2" in hostnames) echo n7; echo n8;; node) '
+        'echo "NodeName=n7 Arch=x86_64 NodeAddr=10.9.0.7 NodeHostName=n7";; esac\n'
+    )
+    (bin_dir / "srun").write_text(
+        '#!/bin/sh\nwhile [ "${1#-}" != "$1" ]; do shift; done\nfor r in 0 1; do SLURM_NODEID=$r "$@"; done\n'
+    )
     for name in ("launch.sh", "launch-1.sh"):
         text = (release / name).read_text().replace("\nexec ", '\necho "$SITE_SETUP" ', 1)
         (release / name).write_text(text)
     for tool in bin_dir.iterdir():
         tool.chmod(0o755)
-    env = {"PATH": f"{bin_dir}:{os.environ['PATH']}", "SLURM_JOB_NODELIST": "n[7-8]", "SLURM_JOB_ID": "42",
-           "SLURM_JOB_CPUS_PER_NODE": "8(x2)"}
-    done = subprocess.run(["sh", str(release / JOB_FILE), "0"], capture_output=True, text=True, env=env, cwd=tmp_path, check=True)
+    env = {
+        "PATH": f"{bin_dir}:{os.environ['PATH']}",
+        "SLURM_JOB_NODELIST": "n[7-8]",
+        "SLURM_JOB_ID": "42",
+        "SLURM_JOB_CPUS_PER_NODE": "8(x2)",
+    }
+    done = subprocess.run(
+        ["sh", str(release / JOB_FILE), "0"], capture_output=True, text=True, env=env, cwd=tmp_path, check=True
+    )
     ranks = [line.split() for line in done.stdout.splitlines() if line.startswith("done ")]
     assert len(ranks) == 2
     for rank, argv in enumerate(ranks):
         assert argv[argv.index("--node-rank") + 1] == str(rank)
-        assert argv[argv.index("--dist-init-addr") + 1] == "10.9.0.7:" + str(report.inputs.profile.parallel.dist_init_port)
-    assert (release / HEAD_FILE).read_text() == "42 10.9.0.7\n"  # which job wrote it: a resubmitted release's old one is not read
+        assert argv[argv.index("--dist-init-addr") + 1] == "10.9.0.7:" + str(
+            report.inputs.profile.parallel.dist_init_port
+        )
+    assert (
+        release / HEAD_FILE
+    ).read_text() == "42 10.9.0.7\n"  # which job wrote it: a resubmitted release's old one is not read
     assert done.stdout.startswith("specctl: job 42 started on n[7-8]\n")
     assert "disk_free_kib=" in (release / "allocation-facts.txt").read_text()
 

@@ -114,14 +114,22 @@ def test_secret_with_a_value_in_env_is_refused(tmp_path: Path) -> None:
 
 def test_extends_merges_and_reports_positions_in_the_right_file(tmp_path: Path) -> None:
     write(tmp_path, GOOD, "base.yaml")
-    child = write(tmp_path, "apiVersion: specctl/v1\nkind: Profile\nextends: base.yaml\nmetadata:\n  version: 2\nparallel:\n  tp: 0\n", "child.yaml")
+    child = write(
+        tmp_path,
+        "apiVersion: specctl/v1\nkind: Profile\nextends: base.yaml\nmetadata:\n  version: 2\nparallel:\n  tp: 0\n",
+        "child.yaml",
+    )
     [p] = problems(child)
     assert p.file == str(child) and p.line == 7 and p.field == "parallel.tp"
-    fixed = write(tmp_path, "apiVersion: specctl/v1\nkind: Profile\nextends: base.yaml\nmetadata:\n  version: 2\n", "child2.yaml")
+    fixed = write(
+        tmp_path, "apiVersion: specctl/v1\nkind: Profile\nextends: base.yaml\nmetadata:\n  version: 2\n", "child2.yaml"
+    )
     loaded = load_profile(fixed)
     assert loaded.model.metadata.name == "demo" and loaded.model.metadata.version == 2
     assert loaded.chain == (fixed, tmp_path / "base.yaml")
-    bad = write(tmp_path, "apiVersion: specctl/v1\nkind: Profile\nextends: child3.yaml\nhardware:\n  gpu: nope\n", "child3.yaml")
+    bad = write(
+        tmp_path, "apiVersion: specctl/v1\nkind: Profile\nextends: child3.yaml\nhardware:\n  gpu: nope\n", "child3.yaml"
+    )
     [p] = problems(bad)
     assert "cycle" in p.message
 
@@ -150,13 +158,21 @@ def test_manifest_width_must_match_layers(tmp_path: Path) -> None:
 
 def test_manifest_layers_accept_embedding_and_reject_other_words(tmp_path: Path) -> None:
     text = (ROOT / "manifests" / "kimi-k25-eagle3.yaml").read_text()
-    assert load_manifest(write(tmp_path, text.replace("[2, 30, 58]", "[embedding, 30, 58]"), "a.yaml")).model.capture.layers[0] == "embedding"
+    assert (
+        load_manifest(
+            write(tmp_path, text.replace("[2, 30, 58]", "[embedding, 30, 58]"), "a.yaml")
+        ).model.capture.layers[0]
+        == "embedding"
+    )
     with pytest.raises(DocumentError):
         load_manifest(write(tmp_path, text.replace("[2, 30, 58]", "[embeding, 30, 58]"), "b.yaml"))
 
 
-@pytest.mark.parametrize("path", sorted((ROOT / "profiles").glob("*.yaml")) + sorted((ROOT / "manifests").glob("*.yaml")),
-                         ids=lambda p: p.name)
+@pytest.mark.parametrize(
+    "path",
+    sorted((ROOT / "profiles").glob("*.yaml")) + sorted((ROOT / "manifests").glob("*.yaml")),
+    ids=lambda p: p.name,
+)
 def test_shipped_examples_validate(path: Path) -> None:
     kind, sha = validate_file(path)
     assert kind in {"Profile", "DrafterManifest"} and len(sha) == 64

@@ -35,6 +35,7 @@ def one_problem(cli: Any, *args: str) -> dict[str, Any]:
 
 # --- unbounded input ---------------------------------------------------------------------------------------
 
+
 def billion_laughs(levels: int = 9) -> str:
     lines = [HEADER.rstrip("\n"), 'a: &a ["x","x","x","x","x","x","x","x","x"]']
     previous = "a"
@@ -55,9 +56,13 @@ def test_alias_bomb_is_refused_quickly_at_the_alias(cli: Any, tmp_path: Path) ->
 
 
 def test_modest_aliases_and_merge_keys_still_work(tmp_path: Path) -> None:
-    text = GOOD.replace('engine:\n  name: sglang\n  version: "0.5.23"\n',
-                        'engine:\n  <<: &engine {name: sglang, version: "0.5.23"}\n  env: {A: "1"}\n'
-                        ) + "hosts: &hosts [a, b]\n"
+    text = (
+        GOOD.replace(
+            'engine:\n  name: sglang\n  version: "0.5.23"\n',
+            'engine:\n  <<: &engine {name: sglang, version: "0.5.23"}\n  env: {A: "1"}\n',
+        )
+        + "hosts: &hosts [a, b]\n"
+    )
     loaded = load_profile(write(tmp_path, text))
     assert loaded.model.engine.name == "sglang" and loaded.model.engine.env == {"A": "1"}
     assert loaded.positions[("engine", "env")].line == 16
@@ -81,7 +86,9 @@ def test_extends_of_a_device_or_fifo_is_refused_without_reading_it(cli: Any, tmp
     path = write(tmp_path, HEADER + f"extends: {target}\n")
     p = one_problem(cli, "validate", str(path))
     assert (p["file"], p["line"], p["field"]) == (str(path), 3, "extends")
-    assert ("character device" if target == "/dev/zero" else "FIFO") in p["message"] and "not a regular file" in p["message"]
+    assert ("character device" if target == "/dev/zero" else "FIFO") in p["message"] and "not a regular file" in p[
+        "message"
+    ]
 
 
 @pytest.mark.parametrize("special", ["/dev/zero", "fifo"])
@@ -131,11 +138,14 @@ def problems_of(path: Path) -> list[Any]:
 
 # --- files that are not files ------------------------------------------------------------------------------
 
+
 def test_extends_of_a_directory_is_refused_at_the_field(cli: Any, tmp_path: Path) -> None:
     (tmp_path / "base").mkdir()
     path = write(tmp_path, HEADER + "extends: base\n")
     p = one_problem(cli, "validate", str(path))
-    assert (p["file"], p["line"], p["column"], p["field"]) == (str(path), 3, 1, "extends") and "is a directory" in p["message"]
+    assert (p["file"], p["line"], p["column"], p["field"]) == (str(path), 3, 1, "extends") and "is a directory" in p[
+        "message"
+    ]
     assert one_problem(cli, "check", str(path))["field"] == "extends"
 
 
@@ -160,7 +170,9 @@ def test_a_manifest_that_is_a_directory_is_refused_at_drafter_manifest(cli: Any,
     path = write(tmp_path, GOOD)
     for command in ("validate", "check", "render"):
         p = one_problem(cli, command, str(path))
-        assert (p["file"], p["line"], p["field"]) == (str(path), 10, "drafter.manifest") and "is a directory" in p["message"]
+        assert (p["file"], p["line"], p["field"]) == (str(path), 10, "drafter.manifest") and "is a directory" in p[
+            "message"
+        ]
     with pytest.raises(DocumentError, match="problem"):
         load_manifest(tmp_path / "m.yaml")
 
@@ -179,6 +191,7 @@ def test_an_unreadable_file_is_refused(cli: Any, tmp_path: Path) -> None:
 
 # --- values that break later stages ------------------------------------------------------------------------
 
+
 def test_an_integer_of_5001_digits_is_refused_at_its_field(cli: Any, tmp_path: Path) -> None:
     path = write(tmp_path, GOOD.replace("version: 1", "version: " + "9" * 5001))
     p = one_problem(cli, "validate", str(path))
@@ -192,11 +205,14 @@ def test_integers_beyond_64_bits_are_refused(tmp_path: Path, value: str) -> None
     assert p.field == "metadata.version" and p.line == 5
 
 
-@pytest.mark.parametrize(("value", "message"), [
-    ("!!python/object:os.system x", "cannot read this value"),
-    ("!!int abc", "cannot read 'abc'"),
-    ("2024-13-01", "cannot read '2024-13-01'"),
-])
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ("!!python/object:os.system x", "cannot read this value"),
+        ("!!int abc", "cannot read 'abc'"),
+        ("2024-13-01", "cannot read '2024-13-01'"),
+    ],
+)
 def test_values_the_safe_constructor_refuses_are_positioned(tmp_path: Path, value: str, message: str) -> None:
     [p] = problems_of(write(tmp_path, GOOD.replace("  name: demo", f"  name: {value}")))
     assert p.field == "metadata.name" and p.line == 4 and message in p.message
@@ -205,7 +221,11 @@ def test_values_the_safe_constructor_refuses_are_positioned(tmp_path: Path, valu
 def test_control_characters_in_the_yaml_text_are_bad_input(cli: Any, tmp_path: Path) -> None:
     path = write(tmp_path, GOOD.replace("name: demo", "name: de\x1bmo"))
     p = one_problem(cli, "validate", str(path))
-    assert (p["line"], p["column"]) == (4, 11) and "'\\x1b' may not be written raw" in p["message"] and '"\\x1b"' in p["fix"]
+    assert (
+        (p["line"], p["column"]) == (4, 11)
+        and "'\\x1b' may not be written raw" in p["message"]
+        and '"\\x1b"' in p["fix"]
+    )
     assert p["source_line"] is None  # echoing it would send the ESC to the terminal
     assert "\x1b" not in cli("validate", str(path)).stderr
 
@@ -224,6 +244,7 @@ def test_a_complex_key_is_refused(tmp_path: Path) -> None:
 
 # --- names and roots that become paths ---------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("name", ["x" * 101, ".hidden", "-dash", "a/b", "Upper", '""', '"demo\\n"'])
 def test_profile_names_are_safe_directory_names(cli: Any, tmp_path: Path, name: str) -> None:
     path = write(tmp_path, GOOD.replace("name: demo", f"name: {name}"))
@@ -232,7 +253,9 @@ def test_profile_names_are_safe_directory_names(cli: Any, tmp_path: Path, name: 
 
 
 def test_a_name_of_100_characters_is_fine(tmp_path: Path) -> None:
-    assert load_profile(write(tmp_path, GOOD.replace("name: demo", "name: " + "x" * 100))).model.metadata.name == "x" * 100
+    assert (
+        load_profile(write(tmp_path, GOOD.replace("name: demo", "name: " + "x" * 100))).model.metadata.name == "x" * 100
+    )
 
 
 INVENTORY = "apiVersion: specctl/v1\nkind: Inventory\nhosts:\n  gpu-1:\n    ssh: gpu-1\n    root: {root}\n"
@@ -261,13 +284,18 @@ def test_inventory_host_names_are_bounded(cli: Any, tmp_path: Path) -> None:
 ENGINE = 'engine:\n  name: sglang\n  version: "0.5.23"\n'
 
 
-@pytest.mark.parametrize(("engine", "field", "line"), [
-    ('  args:\n    served-model-name: "a\\0b"\n', "engine.args.served-model-name", 18),
-    ('  args:\n    ok: ["a", "b\\x00"]\n', "engine.args.ok.1", 18),
-    ('  env:\n    SOME_VAR: "a\\0b"\n', "engine.env.SOME_VAR", 18),
-    ('  python: "/usr/bin/python3\\0"\n', "engine.python", 17),
-])
-def test_nul_in_strings_that_reach_argv_or_env_is_refused(cli: Any, tmp_path: Path, engine: str, field: str, line: int) -> None:
+@pytest.mark.parametrize(
+    ("engine", "field", "line"),
+    [
+        ('  args:\n    served-model-name: "a\\0b"\n', "engine.args.served-model-name", 18),
+        ('  args:\n    ok: ["a", "b\\x00"]\n', "engine.args.ok.1", 18),
+        ('  env:\n    SOME_VAR: "a\\0b"\n', "engine.env.SOME_VAR", 18),
+        ('  python: "/usr/bin/python3\\0"\n', "engine.python", 17),
+    ],
+)
+def test_nul_in_strings_that_reach_argv_or_env_is_refused(
+    cli: Any, tmp_path: Path, engine: str, field: str, line: int
+) -> None:
     path = write(tmp_path, GOOD.replace(ENGINE, ENGINE + engine))
     found = problems(cli, "validate", str(path))
     assert any((p["line"], p["field"]) == (line, field) and "NUL" in p["message"] for p in found), found
@@ -282,16 +310,22 @@ def test_nul_in_an_env_name_or_a_model_path_is_refused(tmp_path: Path) -> None:
 
 # --- Slurm clusters in the inventory ----------------------------------------------------------------------
 
-CLUSTER = ("apiVersion: specctl/v1\nkind: Inventory\nhosts:\n  login-1:\n    ssh: login-1\n"
-           "clusters:\n  gpu-slurm:\n    kind: slurm\n    login: {login}\n    root: {root}\n")
+CLUSTER = (
+    "apiVersion: specctl/v1\nkind: Inventory\nhosts:\n  login-1:\n    ssh: login-1\n"
+    "clusters:\n  gpu-slurm:\n    kind: slurm\n    login: {login}\n    root: {root}\n"
+)
 
 
-@pytest.mark.parametrize(("login", "root", "line", "field", "says"), [
-    ("login-2", "/shared/specctl", 9, "clusters.gpu-slurm.login", "not a host"),
-    ("login-1", "shared/specctl", 10, "clusters.gpu-slurm.root", "not an absolute path"),
-])
-def test_a_cluster_entry_names_its_login_node_and_a_shared_root(cli: Any, tmp_path: Path, login: str, root: str, line: int,
-                                                                 field: str, says: str) -> None:
+@pytest.mark.parametrize(
+    ("login", "root", "line", "field", "says"),
+    [
+        ("login-2", "/shared/specctl", 9, "clusters.gpu-slurm.login", "not a host"),
+        ("login-1", "shared/specctl", 10, "clusters.gpu-slurm.root", "not an absolute path"),
+    ],
+)
+def test_a_cluster_entry_names_its_login_node_and_a_shared_root(
+    cli: Any, tmp_path: Path, login: str, root: str, line: int, field: str, says: str
+) -> None:
     p = one_problem(cli, "validate", str(write(tmp_path, CLUSTER.format(login=login, root=root), "hosts.yaml")))
     assert (p["line"], p["field"]) == (line, field) and says in p["message"], p
 
@@ -299,7 +333,9 @@ def test_a_cluster_entry_names_its_login_node_and_a_shared_root(cli: Any, tmp_pa
 def test_a_cluster_resolves_to_its_login_node(tmp_path: Path) -> None:
     from specctl.hosts.inventory import resolve_hosts
 
-    path = write(tmp_path, CLUSTER.format(login="login-1", root="/shared/specctl") + "    partition: gpu\n", "hosts.yaml")
+    path = write(
+        tmp_path, CLUSTER.format(login="login-1", root="/shared/specctl") + "    partition: gpu\n", "hosts.yaml"
+    )
     [spec] = resolve_hosts(["gpu-slurm"], path)
     assert (spec.name, spec.root, spec.ssh_alias) == ("gpu-slurm", "/shared/specctl", "login-1")
     assert spec.slurm is not None and spec.slurm.partition == "gpu"
@@ -307,13 +343,22 @@ def test_a_cluster_resolves_to_its_login_node(tmp_path: Path) -> None:
     assert local.ssh_alias is None and local.transport().name == "gpu-slurm"  # this machine, named as the cluster
 
 
-@pytest.mark.parametrize(("entry", "line", "field", "says"), [
-    ("    kind: pbs\n    root: /s\n", 5, "clusters.x.kind", "'slurm', 'kubernetes'"),
-    ("    kind: kubernetes\n    namspace: a\n", 6, "clusters.x.namspace", "unknown key"),
-    ("    kind: slurm\n    login: local\n    root: /s\n    partiton: gpu\n", 8, "clusters.x.partiton", "unknown key"),
-])
-def test_a_cluster_entry_of_either_kind_is_checked_as_that_kind(cli: Any, tmp_path: Path, entry: str, line: int, field: str,
-                                                                says: str) -> None:
+@pytest.mark.parametrize(
+    ("entry", "line", "field", "says"),
+    [
+        ("    kind: pbs\n    root: /s\n", 5, "clusters.x.kind", "'slurm', 'kubernetes'"),
+        ("    kind: kubernetes\n    namspace: a\n", 6, "clusters.x.namspace", "unknown key"),
+        (
+            "    kind: slurm\n    login: local\n    root: /s\n    partiton: gpu\n",
+            8,
+            "clusters.x.partiton",
+            "unknown key",
+        ),
+    ],
+)
+def test_a_cluster_entry_of_either_kind_is_checked_as_that_kind(
+    cli: Any, tmp_path: Path, entry: str, line: int, field: str, says: str
+) -> None:
     text = "apiVersion: specctl/v1\nkind: Inventory\nclusters:\n  x:\n" + entry
     p = one_problem(cli, "validate", str(write(tmp_path, text, "hosts.yaml")))
     assert (p["line"], p["field"]) == (line, field) and says in p["message"], p

@@ -17,8 +17,14 @@ from specctl.release import release as rel
 
 def test_materialize_writes_files_modes_and_links(tmp_path: Path) -> None:
     r = rel.Release(local_transport(), str(tmp_path), "p", "run1")
-    rel.materialize(r, {"launch.sh": (b"echo hi\n", 0o755), "sub/config.json": (b"{}\n", 0o644),
-                        "sub/model.safetensors": "/srv/drafter/model.safetensors"})
+    rel.materialize(
+        r,
+        {
+            "launch.sh": (b"echo hi\n", 0o755),
+            "sub/config.json": (b"{}\n", 0o644),
+            "sub/model.safetensors": "/srv/drafter/model.safetensors",
+        },
+    )
     d = Path(r.dir)
     assert (d / "launch.sh").read_text() == "echo hi\n"
     assert os.stat(d / "launch.sh").st_mode & 0o777 == 0o755
@@ -62,8 +68,12 @@ def test_env_file_is_safe_to_source(tmp_path: Path) -> None:
     marker = tmp_path / "pwned"
     env = {"PLAIN": "x", "NASTY": f"$(touch {marker}) `touch {marker}` 'q' \"d\" \\ $HOME", "LINES": "a\nb"}
     (tmp_path / "env").write_bytes(rel.env_file(env))
-    out = subprocess.run(["sh", "-c", '. ./env && printf "%s\\0%s\\0%s" "$PLAIN" "$NASTY" "$LINES"'], cwd=tmp_path,
-                         capture_output=True, check=True).stdout.split(b"\0")
+    out = subprocess.run(
+        ["sh", "-c", '. ./env && printf "%s\\0%s\\0%s" "$PLAIN" "$NASTY" "$LINES"'],
+        cwd=tmp_path,
+        capture_output=True,
+        check=True,
+    ).stdout.split(b"\0")
     assert [v.decode() for v in out] == [env["PLAIN"], env["NASTY"], env["LINES"]]
     assert not marker.exists()
 
@@ -109,7 +119,9 @@ def test_servers_are_found_without_pid_file_or_release_directory(tmp_path: Path)
     try:
         assert sorted(s.release for s in rel.servers(t, a.base)) == ["a", "b"]
         (Path(a.dir) / rel.PID).unlink()
-        subprocess.run(["rm", "-rf", b.dir], check=True)  # its release directory is gone: the environment still names it
+        subprocess.run(
+            ["rm", "-rf", b.dir], check=True
+        )  # its release directory is gone: the environment still names it
         assert sorted((s.release, s.handle) for s in rel.servers(t, a.base)) == [("a", groups["a"]), ("b", groups["b"])]
         assert rel.stop_running(t, str(tmp_path), "p") == ["a", "b"]
         _wait_gone(groups["a"])

@@ -9,8 +9,12 @@ import pytest
 from specctl.errors import InputError
 from specctl.flows.rollback import ReleaseState, choose_target
 
-STATES = [ReleaseState("20261101T000000Z-a", 1, True), ReleaseState("20261102T000000Z-b", 2, True),
-          ReleaseState("20261103T000000Z-c", 3, False), ReleaseState("20261104T000000Z-d", 3, None)]
+STATES = [
+    ReleaseState("20261101T000000Z-a", 1, True),
+    ReleaseState("20261102T000000Z-b", 2, True),
+    ReleaseState("20261103T000000Z-c", 3, False),
+    ReleaseState("20261104T000000Z-d", 3, None),
+]
 
 
 def test_default_is_the_newest_passing_release_that_is_not_current() -> None:
@@ -43,4 +47,6 @@ def test_half_written_release_directories_are_no_rollback_targets(tmp_path: Path
         (releases / name / "verdict.json").write_text('{"passed": true}')
     states = release_states(local_transport(), str(tmp_path), "p")
     assert [s.run_id for s in states] == ["20261101T000000Z-a"]
-    assert choose_target(states, None, to_run="20261101").run_id == "20261101T000000Z-a"  # the prefix matches one release
+    assert (
+        choose_target(states, None, to_run="20261101").run_id == "20261101T000000Z-a"
+    )  # the prefix matches one release

@@ -23,14 +23,18 @@ def target(tmp_path: Path, **tools: str) -> tuple[SlurmTarget, Release]:
     for name, body in tools.items():
         (bin_dir / name).write_text("#!/bin/sh\n" + body + "\n")
         (bin_dir / name).chmod(0o755)
-    cluster = SlurmCluster(kind="slurm", login="local", root=str(tmp_path), env={"PATH": f"{bin_dir}:{os.environ['PATH']}"})
+    cluster = SlurmCluster(
+        kind="slurm", login="local", root=str(tmp_path), env={"PATH": f"{bin_dir}:{os.environ['PATH']}"}
+    )
     release = Release(local_transport("lab"), str(tmp_path), "p", "r1")
     Path(release.dir).mkdir(parents=True)
     return SlurmTarget(local_transport("lab"), cluster), release
 
 
 def test_a_controller_that_does_not_answer_is_an_error_never_no_jobs(tmp_path: Path) -> None:
-    slurm, release = target(tmp_path, squeue='echo "squeue: error: Socket timed out on send/recv operation" >&2; exit 1')
+    slurm, release = target(
+        tmp_path, squeue='echo "squeue: error: Socket timed out on send/recv operation" >&2; exit 1'
+    )
     with pytest.raises(HostError):
         slurm.servers(release.base)
     seen = slurm.observe(release, 7)
@@ -38,12 +42,18 @@ def test_a_controller_that_does_not_answer_is_an_error_never_no_jobs(tmp_path: P
 
 
 def test_jobs_of_other_roots_and_finished_ones_are_not_the_profiles(tmp_path: Path) -> None:
-    rows = [f"11|specctl:p:r1|RUNNING|{tmp_path}/p/releases/r1|6-23:59:01", f"12|specctl:p:r2|RUNNING|/other/root/p/releases/r2|1:00",
-            f"13|specctl:p:r3|COMPLETING|{tmp_path}/p/releases/r3|0:00", f"14|specctl:px:r4|PENDING|{tmp_path}/px/releases/r4|1:00",
-            f"15|specctl:p:r5|REQUEUE_HOLD|{tmp_path}/p/releases/r5|7-00:00:00"]
+    rows = [
+        f"11|specctl:p:r1|RUNNING|{tmp_path}/p/releases/r1|6-23:59:01",
+        "12|specctl:p:r2|RUNNING|/other/root/p/releases/r2|1:00",
+        f"13|specctl:p:r3|COMPLETING|{tmp_path}/p/releases/r3|0:00",
+        f"14|specctl:px:r4|PENDING|{tmp_path}/px/releases/r4|1:00",
+        f"15|specctl:p:r5|REQUEUE_HOLD|{tmp_path}/p/releases/r5|7-00:00:00",
+    ]
     slurm, release = target(tmp_path, squeue="printf '%s\\n' " + " ".join(f"'{r}'" for r in rows))
     assert [(s.release, s.handle, s.note) for s in slurm.servers(release.base)] == [
-        ("r1", 11, "RUNNING, 6-23:59:01 left"), ("r5", 15, "REQUEUE_HOLD, 7-00:00:00 left")]
+        ("r1", 11, "RUNNING, 6-23:59:01 left"),
+        ("r5", 15, "REQUEUE_HOLD, 7-00:00:00 left"),
+    ]
 
 
 def test_a_purged_job_has_ended_and_a_reason_no_wait_clears_ends_the_start(tmp_path: Path) -> None:
@@ -60,7 +70,9 @@ def test_a_purged_job_has_ended_and_a_reason_no_wait_clears_ends_the_start(tmp_p
 def test_only_the_jobs_own_address_and_log_are_read(tmp_path: Path) -> None:
     slurm, release = target(tmp_path, squeue="echo 'RUNNING|None|n1'")
     Path(release.path("head-address")).write_text("6 10.0.0.6\n")  # an earlier job of this release
-    Path(release.path("server.log")).write_text("specctl: job 6 started on n0\nold: ready\nspecctl: job 7 started on n1\nloading\n")
+    Path(release.path("server.log")).write_text(
+        "specctl: job 6 started on n0\nold: ready\nspecctl: job 7 started on n1\nloading\n"
+    )
     seen = slurm.observe(release, 7)
     assert seen.address is None and seen.waiting == "job 7 on n1"
     assert seen.lines == ["specctl: job 7 started on n1", "loading"]
@@ -70,14 +82,20 @@ def test_only_the_jobs_own_address_and_log_are_read(tmp_path: Path) -> None:
 
 def test_a_refused_scancel_is_an_error(tmp_path: Path) -> None:
     listing = f"echo '21|specctl:p:r1|RUNNING|{tmp_path}/p/releases/r1'"
-    slurm, release = target(tmp_path, squeue=listing, scancel='echo "scancel: error: Kill job error on job id 21: Access/permission denied" >&2; exit 1')
+    slurm, release = target(
+        tmp_path,
+        squeue=listing,
+        scancel='echo "scancel: error: Kill job error on job id 21: Access/permission denied" >&2; exit 1',
+    )
     with pytest.raises(HostError, match="permission denied"):
         slurm.stop(release)
 
 
 def test_the_callers_sbatch_settings_do_not_reach_sbatch(tmp_path: Path) -> None:
     seen = tmp_path / "sbatch-saw"
-    slurm, release = target(tmp_path, sbatch=f'echo "partition=${{SBATCH_PARTITION:-unset}} args=$*" >{seen}; echo "31;cluster-a"')
+    slurm, release = target(
+        tmp_path, sbatch=f'echo "partition=${{SBATCH_PARTITION:-unset}} args=$*" >{seen}; echo "31;cluster-a"'
+    )
     Path(release.path("head-address")).write_text("6 10.0.0.6\n")
     os.environ["SBATCH_PARTITION"] = "debug"
     try:
@@ -85,4 +103,6 @@ def test_the_callers_sbatch_settings_do_not_reach_sbatch(tmp_path: Path) -> None
     finally:
         del os.environ["SBATCH_PARTITION"]
     assert not Path(release.path("head-address")).exists()  # the resubmitted release's old address is gone
-    assert seen.read_text() == "partition=unset args=--parsable job.sbatch 180\n"  # the deadline + shared storage's slack
+    assert (
+        seen.read_text() == "partition=unset args=--parsable job.sbatch 180\n"
+    )  # the deadline + shared storage's slack

@@ -7,8 +7,15 @@ from __future__ import annotations
 import numpy as np
 
 
-def requests(rng: np.random.Generator, n: int, *, mean_accept: float = 0.6, concentration: float = 6.0,
-             num_steps: int = 3, max_new_tokens: int = 64) -> tuple[np.ndarray, np.ndarray]:
+def requests(
+    rng: np.random.Generator,
+    n: int,
+    *,
+    mean_accept: float = 0.6,
+    concentration: float = 6.0,
+    num_steps: int = 3,
+    max_new_tokens: int = 64,
+) -> tuple[np.ndarray, np.ndarray]:
     """(completion_tokens, spec_verify_ct) for n requests."""
     p = rng.beta(mean_accept * concentration, (1 - mean_accept) * concentration, size=n)
     steps_cap = max_new_tokens  # every step makes at least one token

@@ -7,11 +7,25 @@ from specctl.verdict.client import MalformedBody, parse_chat, parse_generate
 from specctl.verdict.measure import Measurement
 
 SGLANG_BODY = {  # the shape of a finished sglang 0.5.23 response (reference document, section 4.2)
-    "text": " Paris.", "output_ids": [12366, 13],
-    "meta_info": {"id": "abc", "finish_reason": {"type": "length", "length": 8}, "prompt_tokens": 12, "weight_version": "default",
-                  "num_retractions": 0, "reasoning_tokens": 0, "completion_tokens": 8, "cached_tokens": 0, "e2e_latency": 0.25,
-                  "spec_verify_ct": 3, "spec_accept_length": 2.6666666666666665, "spec_accept_rate": 0.5555555555555556,
-                  "spec_num_correct_drafts": 5, "spec_num_proposed_drafts": 9, "spec_correct_drafts_histogram": [1, 0, 1, 1]},
+    "text": " Paris.",
+    "output_ids": [12366, 13],
+    "meta_info": {
+        "id": "abc",
+        "finish_reason": {"type": "length", "length": 8},
+        "prompt_tokens": 12,
+        "weight_version": "default",
+        "num_retractions": 0,
+        "reasoning_tokens": 0,
+        "completion_tokens": 8,
+        "cached_tokens": 0,
+        "e2e_latency": 0.25,
+        "spec_verify_ct": 3,
+        "spec_accept_length": 2.6666666666666665,
+        "spec_accept_rate": 0.5555555555555556,
+        "spec_num_correct_drafts": 5,
+        "spec_num_proposed_drafts": 9,
+        "spec_correct_drafts_histogram": [1, 0, 1, 1],
+    },
 }
 
 
@@ -28,19 +42,27 @@ def test_plain_body_has_no_spec_counters() -> None:
 
 
 def test_chat_body_falls_back_to_usage() -> None:
-    body = {"choices": [{"message": {"role": "assistant", "content": None}, "finish_reason": "stop"}],
-            "usage": {"prompt_tokens": 4, "completion_tokens": 2}}
+    body = {
+        "choices": [{"message": {"role": "assistant", "content": None}, "finish_reason": "stop"}],
+        "usage": {"prompt_tokens": 4, "completion_tokens": 2},
+    }
     g = parse_chat(body, 0.1)
     assert (g.text, g.prompt_tokens, g.completion_tokens, g.finish_reason, g.speculative) == ("", 4, 2, "stop", False)
 
 
-@pytest.mark.parametrize(("body", "where"), [
-    ([], "the answer"), ({"meta_info": "x"}, "meta_info"), ({"text": 3}, "text"), ({"output_ids": "12"}, "output_ids"),
-    ({"meta_info": {"completion_tokens": "8"}}, "meta_info.completion_tokens"),
-    ({"meta_info": {"spec_verify_ct": True}}, "meta_info.spec_verify_ct"),
-    ({"meta_info": {"e2e_latency": "0.2"}}, "meta_info.e2e_latency"),
-    ({"meta_info": {"finish_reason": {"type": 1}}}, "meta_info.finish_reason"),
-])
+@pytest.mark.parametrize(
+    ("body", "where"),
+    [
+        ([], "the answer"),
+        ({"meta_info": "x"}, "meta_info"),
+        ({"text": 3}, "text"),
+        ({"output_ids": "12"}, "output_ids"),
+        ({"meta_info": {"completion_tokens": "8"}}, "meta_info.completion_tokens"),
+        ({"meta_info": {"spec_verify_ct": True}}, "meta_info.spec_verify_ct"),
+        ({"meta_info": {"e2e_latency": "0.2"}}, "meta_info.e2e_latency"),
+        ({"meta_info": {"finish_reason": {"type": 1}}}, "meta_info.finish_reason"),
+    ],
+)
 def test_wrong_types_are_refused_not_guessed(body: object, where: str) -> None:
     """A counter sent as text must not read as "no speculation"."""
     with pytest.raises(MalformedBody, match=f"^{where}: expected"):

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from specctl.cancel import CancelToken, Cancelled
+from specctl.cancel import Cancelled, CancelToken
 from specctl.errors import HostError
 from specctl.verdict.client import EngineAnswerError, EngineClient, EngineHTTPError, EngineTimeout
 from specctl.verdict.measure import Prompts, measure
@@ -23,12 +23,31 @@ from specctl.verdict.workload import Workload
 
 Behaviour = Callable[[BaseHTTPRequestHandler, threading.Event], None]
 
-CHAT_BODY = {"id": "x", "object": "chat.completion", "choices": [
-    {"index": 0, "message": {"role": "assistant", "content": " Paris."}, "finish_reason": "length",
-     "meta_info": {"id": "x", "finish_reason": {"type": "length", "length": 8}, "prompt_tokens": 12, "completion_tokens": 8,
-                   "e2e_latency": 0.25, "spec_verify_ct": 3, "spec_accept_length": 2.67, "spec_accept_rate": 0.56,
-                   "spec_num_correct_drafts": 5, "spec_num_proposed_drafts": 9, "spec_correct_drafts_histogram": [1, 0, 1, 1]}}],
-    "usage": {"prompt_tokens": 12, "completion_tokens": 8, "total_tokens": 20}}
+CHAT_BODY = {
+    "id": "x",
+    "object": "chat.completion",
+    "choices": [
+        {
+            "index": 0,
+            "message": {"role": "assistant", "content": " Paris."},
+            "finish_reason": "length",
+            "meta_info": {
+                "id": "x",
+                "finish_reason": {"type": "length", "length": 8},
+                "prompt_tokens": 12,
+                "completion_tokens": 8,
+                "e2e_latency": 0.25,
+                "spec_verify_ct": 3,
+                "spec_accept_length": 2.67,
+                "spec_accept_rate": 0.56,
+                "spec_num_correct_drafts": 5,
+                "spec_num_proposed_drafts": 9,
+                "spec_correct_drafts_histogram": [1, 0, 1, 1],
+            },
+        }
+    ],
+    "usage": {"prompt_tokens": 12, "completion_tokens": 8, "total_tokens": 20},
+}
 
 
 class _Server(ThreadingHTTPServer):
@@ -41,16 +60,16 @@ class _Server(ThreadingHTTPServer):
         server = self
 
         class Handler(BaseHTTPRequestHandler):
-            def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the stdlib's name
+            def log_message(self, format: str, *args: Any) -> None:
                 pass
 
-            def do_GET(self) -> None:  # noqa: N802 - the stdlib's name
+            def do_GET(self) -> None:
                 try:
                     server.behaviour(self, server.stop)
                 except OSError:
                     pass  # the client gave up first, as it should
 
-            do_POST = do_GET  # noqa: N815
+            do_POST = do_GET
 
         super().__init__(("127.0.0.1", 0), Handler)
 
@@ -89,7 +108,9 @@ def read_request(handler: BaseHTTPRequestHandler) -> bytes:
     return handler.rfile.read(int(handler.headers.get("Content-Length") or 0))
 
 
-def reply(handler: BaseHTTPRequestHandler, status: int, body: bytes | object, content_type: str = "application/json") -> None:
+def reply(
+    handler: BaseHTTPRequestHandler, status: int, body: bytes | object, content_type: str = "application/json"
+) -> None:
     data = body if isinstance(body, bytes) else json.dumps(body).encode()
     handler.send_response(status)
     handler.send_header("Content-Type", content_type)
@@ -126,6 +147,7 @@ def timed(call: Callable[[], object]) -> tuple[BaseException, float]:
 
 
 # --- deadlines and cancellation -----------------------------------------------------------------
+
 
 def test_silent_server_times_out_at_the_deadline(serve: Callable[[Behaviour], str]) -> None:
     client = EngineClient(serve(silent), timeout_s=1.0)
@@ -180,6 +202,7 @@ def test_cancel_while_dripping_and_before_a_request(serve: Callable[[Behaviour],
 
 # --- health -------------------------------------------------------------------------------------
 
+
 def test_healthy_means_status_200_whatever_the_body(serve: Callable[[Behaviour], str]) -> None:
     assert EngineClient(serve(answer(200, b"not json", "text/plain"))).healthy(timeout_s=2)
     assert EngineClient(serve(answer(200, b""))).healthy(timeout_s=2)
@@ -203,13 +226,26 @@ def test_healthy_raises_only_cancelled(serve: Callable[[Behaviour], str]) -> Non
 
 # --- wrong answers are host errors --------------------------------------------------------------
 
-@pytest.mark.parametrize("body", [
-    b"{}", b'{"choices": []}', b"not json", b'{"choices": [[]]}', b'{"choices": [{"message": "text"}]}',
-    b'{"choices": [{"meta_info": {"prompt_tokens": "many"}}]}', b'{"choices": [{"meta_info": []}]}',
-    b'{"choices": [{"meta_info": {"spec_verify_ct": 2.5}}]}', b'{"choices": [{"meta_info": {"finish_reason": 3}}]}',
-    b'{"choices": [{"meta_info": {"spec_correct_drafts_histogram": [1, "a"]}}]}', b"\xff\xfe\x00",
-])
-def test_chat_wrong_answers_are_host_errors_that_show_the_answer(serve: Callable[[Behaviour], str], body: bytes) -> None:
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b"{}",
+        b'{"choices": []}',
+        b"not json",
+        b'{"choices": [[]]}',
+        b'{"choices": [{"message": "text"}]}',
+        b'{"choices": [{"meta_info": {"prompt_tokens": "many"}}]}',
+        b'{"choices": [{"meta_info": []}]}',
+        b'{"choices": [{"meta_info": {"spec_verify_ct": 2.5}}]}',
+        b'{"choices": [{"meta_info": {"finish_reason": 3}}]}',
+        b'{"choices": [{"meta_info": {"spec_correct_drafts_histogram": [1, "a"]}}]}',
+        b"\xff\xfe\x00",
+    ],
+)
+def test_chat_wrong_answers_are_host_errors_that_show_the_answer(
+    serve: Callable[[Behaviour], str], body: bytes
+) -> None:
     url = serve(answer(200, body))
     with pytest.raises(EngineAnswerError) as info:
         EngineClient(url, timeout_s=2).chat([{"role": "user", "content": "hi"}])
@@ -238,7 +274,7 @@ def test_not_http_and_cut_short_answers(serve: Callable[[Behaviour], str]) -> No
         handler.wfile.write(b"\x00\x01 hello\r\n\r\n")
 
     def short(handler: BaseHTTPRequestHandler, stop: threading.Event) -> None:
-        handler.wfile.write(b"HTTP/1.0 200 OK\r\nContent-Length: 100\r\n\r\n{\"a\": 1}")
+        handler.wfile.write(b'HTTP/1.0 200 OK\r\nContent-Length: 100\r\n\r\n{"a": 1}')
 
     with pytest.raises(EngineAnswerError, match="GET /model_info .*not an HTTP answer") as info:
         EngineClient(serve(garbage), timeout_s=2).model_info()
@@ -255,10 +291,15 @@ def test_error_status_and_refusal_keep_their_status(serve: Callable[[Behaviour],
     url = refused_url()
     with pytest.raises(EngineHTTPError) as info:
         EngineClient(url, timeout_s=2).server_info()
-    assert info.value.status is None and "refused" in str(info.value) and url.removeprefix("http://") in (info.value.fix or "")
+    assert (
+        info.value.status is None
+        and "refused" in str(info.value)
+        and url.removeprefix("http://") in (info.value.fix or "")
+    )
 
 
 # --- the normal path ----------------------------------------------------------------------------
+
 
 def test_well_formed_answers_parse(serve: Callable[[Behaviour], str]) -> None:
     seen: list[dict[str, Any]] = []
@@ -267,20 +308,40 @@ def test_well_formed_answers_parse(serve: Callable[[Behaviour], str]) -> None:
         sent = read_request(handler)
         seen.append({"path": handler.path, "method": handler.command, "body": json.loads(sent) if sent else None})
         replies: dict[str, tuple[int, bytes | object]] = {
-            "/v1/chat/completions": (200, CHAT_BODY), "/server_info": (200, {"version": "0.5.23"}),
-            "/generate": (200, {"text": "hi", "output_ids": [1, 2], "meta_info": {"prompt_tokens": 1, "completion_tokens": 2,
-                                                                                  "finish_reason": {"type": "stop"}}}),
-            "/flush_cache": (200, b"Cache flushed.\nPlease check backend logs for more details.\n"),  # sglang's plain text
-            "/health_generate": (200, b"")}
+            "/v1/chat/completions": (200, CHAT_BODY),
+            "/server_info": (200, {"version": "0.5.23"}),
+            "/generate": (
+                200,
+                {
+                    "text": "hi",
+                    "output_ids": [1, 2],
+                    "meta_info": {"prompt_tokens": 1, "completion_tokens": 2, "finish_reason": {"type": "stop"}},
+                },
+            ),
+            "/flush_cache": (
+                200,
+                b"Cache flushed.\nPlease check backend logs for more details.\n",
+            ),  # sglang's plain text
+            "/health_generate": (200, b""),
+        }
         reply(handler, *replies[handler.path.removeprefix("/prefix")])
 
     url = serve(engine)
     client = EngineClient(url.replace("127.0.0.1", "localhost") + "/", timeout_s=2)  # a name, resolved off-thread
     g = client.chat([{"role": "user", "content": "capital of France?"}], max_new_tokens=8)
     assert (g.text, g.completion_tokens, g.spec_verify_ct, g.finish_reason, g.spec_correct_drafts_histogram) == (
-        " Paris.", 8, 3, "length", (1, 0, 1, 1))
+        " Paris.",
+        8,
+        3,
+        "length",
+        (1, 0, 1, 1),
+    )
     assert g.speculative and g.client_latency_s > 0
-    assert seen[0]["method"] == "POST" and seen[0]["body"]["return_meta_info"] is True and seen[0]["body"]["max_tokens"] == 8
+    assert (
+        seen[0]["method"] == "POST"
+        and seen[0]["body"]["return_meta_info"] is True
+        and seen[0]["body"]["max_tokens"] == 8
+    )
     assert client.server_info() == {"version": "0.5.23"}
     plain = client.generate(input_ids=[5], max_new_tokens=2)
     assert plain.output_ids == (1, 2) and plain.finish_reason == "stop" and not plain.speculative
@@ -329,8 +390,13 @@ def sse(chunks: list[object], *, gap_s: float = 0.0, done: bool = True, chunked:
 def _chunk(tokens: int, final: bool = False) -> dict[str, Any]:
     meta: dict[str, Any] = {"id": "r", "prompt_tokens": 5, "completion_tokens": tokens, "finish_reason": None}
     if final:
-        meta.update(finish_reason={"type": "length", "length": tokens}, e2e_latency=0.5, spec_verify_ct=3,
-                    spec_num_correct_drafts=6, spec_num_proposed_drafts=9)
+        meta.update(
+            finish_reason={"type": "length", "length": tokens},
+            e2e_latency=0.5,
+            spec_verify_ct=3,
+            spec_num_correct_drafts=6,
+            spec_num_proposed_drafts=9,
+        )
     return {"text": "x" * tokens, "output_ids": list(range(tokens)), "meta_info": meta}
 
 
@@ -342,13 +408,18 @@ def test_a_stream_answers_with_its_last_chunk_and_when_the_first_token_came(serv
     assert g.client_latency_s - g.client_first_token_s > 0.2  # three more chunks, 0.1 s apart, came after it
 
 
-@pytest.mark.parametrize(("chunks", "done", "problem"), [
-    ([], True, "ended without a chunk"),
-    ([b"{not json"], True, "not JSON"),
-    ([b"[1, 2]"], True, "not a JSON object"),
-    ([{"meta_info": {"completion_tokens": "8"}}], True, "completion_tokens"),
-])
-def test_a_broken_stream_is_an_answer_error(serve: Callable[[Behaviour], str], chunks: list[object], done: bool, problem: str) -> None:
+@pytest.mark.parametrize(
+    ("chunks", "done", "problem"),
+    [
+        ([], True, "ended without a chunk"),
+        ([b"{not json"], True, "not JSON"),
+        ([b"[1, 2]"], True, "not a JSON object"),
+        ([{"meta_info": {"completion_tokens": "8"}}], True, "completion_tokens"),
+    ],
+)
+def test_a_broken_stream_is_an_answer_error(
+    serve: Callable[[Behaviour], str], chunks: list[object], done: bool, problem: str
+) -> None:
     url = serve(sse(chunks, done=done))
     with pytest.raises(EngineAnswerError, match=problem):
         EngineClient(url).generate_stream(input_ids=[1], max_new_tokens=8)

@@ -22,8 +22,10 @@ def requests(rate: float, n: int = PLANNED, *, seed: int) -> list[tuple[float, f
 
 
 def test_a_clearly_worse_candidate_is_dropped_early_and_the_best_kept() -> None:
-    search = replay([("good", requests(600, seed=1)), ("bad", requests(400, seed=2)), ("worse", requests(300, seed=3))],
-                    planned_n=PLANNED)
+    search = replay(
+        [("good", requests(600, seed=1)), ("bad", requests(400, seed=2)), ("worse", requests(300, seed=3))],
+        planned_n=PLANNED,
+    )
     good, bad, worse = search.standings
     assert search.best is good and not good.eliminated and good.requests == PLANNED
     assert bad.eliminated and bad.requests == stats.MIN_SAMPLES  # decided at the first look
@@ -81,8 +83,11 @@ def test_a_drop_stands_when_requests_in_flight_at_the_look_move_the_final_interv
     interval over all of them may no longer lie below the best's, but the decision was the look's."""
     search = Elimination(2, PLANNED, 4)
     good = requests(600, seed=6)
-    search.settle("good", stats.ratio_sequence([t for t, _ in good], [s for _, s in good], planned_n=PLANNED, level=search.level),
-                  PLANNED)
+    search.settle(
+        "good",
+        stats.ratio_sequence([t for t, _ in good], [s for _, s in good], planned_n=PLANNED, level=search.level),
+        PLANNED,
+    )
     close = requests(598, n=11, seed=7)  # as good as the best, on the whole: not below it
     interval = stats.ratio_sequence([t for t, _ in close], [s for _, s in close], planned_n=PLANNED, level=search.level)
     assert not search.drops(interval)

@@ -16,7 +16,7 @@ from specctl.verdict.client import EngineClient
 from specctl.verdict.measure import Prompts, _arrivals, measure
 from specctl.verdict.points import baseline_from_dict, measure_points, measurements_dict, point_level
 from specctl.verdict.workload import Workload
-from tests.verdict.test_client_http import Behaviour, read_request, reply, serve  # noqa: F401 - serve is a fixture
+from tests.verdict.test_client_http import Behaviour, read_request, reply
 
 WORKLOAD = Workload("w", "0" * 64, tuple(({"role": "user", "content": f"q{i}"},) for i in range(4)))
 
@@ -38,9 +38,15 @@ class Counting:
         stop.wait(self.delay_s)
         with self.lock:
             self.in_flight -= 1
-        meta = {"id": "x", "prompt_tokens": 5, "completion_tokens": self.tokens, "e2e_latency": self.delay_s,
-                "spec_verify_ct": self.verify_ct, "spec_num_correct_drafts": self.tokens - self.verify_ct,
-                "spec_num_proposed_drafts": 3 * self.verify_ct}
+        meta = {
+            "id": "x",
+            "prompt_tokens": 5,
+            "completion_tokens": self.tokens,
+            "e2e_latency": self.delay_s,
+            "spec_verify_ct": self.verify_ct,
+            "spec_num_correct_drafts": self.tokens - self.verify_ct,
+            "spec_num_proposed_drafts": 3 * self.verify_ct,
+        }
         reply(handler, 200, {"choices": [{"message": {"content": "x"}, "finish_reason": "length", "meta_info": meta}]})
 
 
@@ -53,8 +59,14 @@ def test_concurrency_keeps_that_many_requests_in_flight(serve: Callable[[Behavio
 
 def test_early_stop_with_concurrency_finishes_what_was_sent(serve: Callable[[Behaviour], str]) -> None:
     server = Counting(0.05)
-    m = measure(EngineClient(serve(server)), Prompts(WORKLOAD), requests=40, max_new_tokens=16, concurrency=4,
-                enough=lambda m: len(m.generations) >= 8)
+    m = measure(
+        EngineClient(serve(server)),
+        Prompts(WORKLOAD),
+        requests=40,
+        max_new_tokens=16,
+        concurrency=4,
+        enough=lambda m: len(m.generations) >= 8,
+    )
     assert 8 <= len(m.generations) < 8 + 4 and server.seen == len(m.generations)
 
 
@@ -86,6 +98,8 @@ def test_a_speedup_is_against_the_baseline_at_the_same_point(serve: Callable[[Be
     fast, slow = serve(Counting(0.01, tokens=16)), serve(Counting(0.01, tokens=8))
     base = {p.concurrency: p.measurement for p in measure_points(EngineClient(slow), Prompts(WORKLOAD), v, gated=False)}
     start = time.monotonic()
-    results = measure_points(EngineClient(fast), Prompts(WORKLOAD), v.model_copy(update={"min_speedup": 1.5}), baseline=base)
+    results = measure_points(
+        EngineClient(fast), Prompts(WORKLOAD), v.model_copy(update={"min_speedup": 1.5}), baseline=base
+    )
     assert time.monotonic() - start < 10
     assert all(p.summary["speedup"]["estimate"] > 1.5 for p in results)  # twice the tokens in the same time

@@ -48,30 +48,40 @@ def test_sequential_interval_covers_at_every_look() -> None:
     always = 0
     for _ in range(REPS):
         tokens, verify = requests(rng, 48)
-        always += all(iv.low <= TRUTH <= iv.high for n in range(stats.MIN_SAMPLES, 49)
-                      if (iv := stats.ratio_sequence(tokens[:n], verify[:n], planned_n=48)) is not None)
+        always += all(
+            iv.low <= TRUTH <= iv.high
+            for n in range(stats.MIN_SAMPLES, 49)
+            if (iv := stats.ratio_sequence(tokens[:n], verify[:n], planned_n=48)) is not None
+        )
     assert always / REPS >= 0.95, always / REPS
 
 
 def test_early_stop_error_rate_at_the_gate() -> None:
     """True accept length exactly at the gate: any early decision is an error; at most 5 %."""
     rng = np.random.default_rng(9)
-    errors = sum(_sequential_decision(*requests(rng, 48), TRUTH,
-                                      lambda t, v: stats.ratio_sequence(t, v, planned_n=48))[0] is not None for _ in range(REPS))
+    errors = sum(
+        _sequential_decision(*requests(rng, 48), TRUTH, lambda t, v: stats.ratio_sequence(t, v, planned_n=48))[0]
+        is not None
+        for _ in range(REPS)
+    )
     assert errors / REPS <= 0.05, errors / REPS
 
 
 def test_peeking_at_the_fixed_interval_would_inflate_the_error() -> None:
     """The reason for the sequential interval: the same looks at the fixed one err far above 5 %."""
     rng = np.random.default_rng(9)
-    errors = sum(_sequential_decision(*requests(rng, 48), TRUTH, stats.ratio_interval)[0] is not None for _ in range(REPS))
+    errors = sum(
+        _sequential_decision(*requests(rng, 48), TRUTH, stats.ratio_interval)[0] is not None for _ in range(REPS)
+    )
     assert errors / REPS > 0.10, errors / REPS
 
 
 def test_a_clear_margin_is_decided_early_and_rightly() -> None:
     rng = np.random.default_rng(10)
-    outcomes = [_sequential_decision(*requests(rng, 48), TRUTH - 0.4, lambda t, v: stats.ratio_sequence(t, v, planned_n=48))
-                for _ in range(200)]
+    outcomes = [
+        _sequential_decision(*requests(rng, 48), TRUTH - 0.4, lambda t, v: stats.ratio_sequence(t, v, planned_n=48))
+        for _ in range(200)
+    ]
     assert sum(d == "pass" for d, _ in outcomes) >= 190
     assert sum(d == "fail" for d, _ in outcomes) == 0
     assert np.median([n for _, n in outcomes]) < 48
@@ -85,8 +95,9 @@ def test_quotient_and_sample_size() -> None:
     assert stats.ratio_interval([1.0] * 7, [1.0] * 7) is None  # below MIN_SAMPLES
 
 
-def _drafts(rng: np.random.Generator, n: int, *, mean: float, concentration: float, num_steps: int = 3,
-            max_new_tokens: int = 64) -> tuple[np.ndarray, np.ndarray]:
+def _drafts(
+    rng: np.random.Generator, n: int, *, mean: float, concentration: float, num_steps: int = 3, max_new_tokens: int = 64
+) -> tuple[np.ndarray, np.ndarray]:
     """(accepted drafts, proposed drafts) for n requests: each verify step proposes a chain of
     `num_steps` drafts and accepts those before the first rejection, until max_new_tokens."""
     p = rng.beta(mean * concentration, (1 - mean) * concentration, size=n)
@@ -153,8 +164,18 @@ def test_the_acceptance_rate_gate_uses_the_bounded_interval() -> None:
     from specctl.verdict.measure import Measurement
 
     def request(correct: int) -> Generation:
-        return Generation("", (), 8, 64, "length", 0.05, 0.05, spec_verify_ct=16, spec_num_correct_drafts=correct,
-                          spec_num_proposed_drafts=48)
+        return Generation(
+            "",
+            (),
+            8,
+            64,
+            "length",
+            0.05,
+            0.05,
+            spec_verify_ct=16,
+            spec_num_correct_drafts=correct,
+            spec_num_proposed_drafts=48,
+        )
 
     m = Measurement(tuple(request(c) for c in [48] * 9 + [6]), 1.0)
     for sequential in (False, True):

@@ -10,9 +10,19 @@ from specctl.verdict.summary import summarize
 
 
 def _g(tokens: int, e2e: float, ttft: float | None) -> Generation:
-    return Generation(text="", output_ids=(), prompt_tokens=10, completion_tokens=tokens, finish_reason="length",
-                      e2e_latency_s=e2e, client_latency_s=e2e + 0.01, spec_verify_ct=tokens // 3,
-                      spec_num_correct_drafts=tokens // 2, spec_num_proposed_drafts=tokens, first_token_latency_s=ttft)
+    return Generation(
+        text="",
+        output_ids=(),
+        prompt_tokens=10,
+        completion_tokens=tokens,
+        finish_reason="length",
+        e2e_latency_s=e2e,
+        client_latency_s=e2e + 0.01,
+        spec_verify_ct=tokens // 3,
+        spec_num_correct_drafts=tokens // 2,
+        spec_num_proposed_drafts=tokens,
+        first_token_latency_s=ttft,
+    )
 
 
 def test_output_throughput_includes_prefill_and_decode_throughput_leaves_the_first_token_out() -> None:

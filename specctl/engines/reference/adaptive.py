@@ -61,7 +61,10 @@ class Tier:
                 break
             at -= 1
         if at == start:
-            while at < len(self.candidates) - 1 and self.accepted_ema > self.candidates[at] - 0.5 + self.knobs["up_hysteresis"]:
+            while (
+                at < len(self.candidates) - 1
+                and self.accepted_ema > self.candidates[at] - 0.5 + self.knobs["up_hysteresis"]
+            ):
                 at += 1
         return self.candidates[at]
 
@@ -75,7 +78,9 @@ class AdaptiveSteps:
 
     @classmethod
     def start(cls, config: Mapping[str, Mapping[str, Any]], initial_steps: int) -> AdaptiveSteps:
-        return cls({int(bs): Tier.start(settings, initial_steps) for bs, settings in config.items() if str(bs).isdigit()})
+        return cls(
+            {int(bs): Tier.start(settings, initial_steps) for bs, settings in config.items() if str(bs).isdigit()}
+        )
 
     def _tier(self, batch_size: int) -> Tier:
         sizes = sorted(self.tiers)

@@ -32,9 +32,13 @@ from specctl.engines.reference.speculate import Generation
 
 __all__ = ["Service", "make_app"]
 
-STREAM_META_ERROR = ("return_meta_info is not supported with streaming. "
-                     "Please set stream=false when using return_meta_info=true.")  # sglang 0.5.23 serving_chat.py
-INCOMPLETE_CHAR = "\ufffd"  # a multi-byte character cut by a step boundary: held back until complete, as sglang's detokenizer does
+STREAM_META_ERROR = (
+    "return_meta_info is not supported with streaming. "
+    "Please set stream=false when using return_meta_info=true."
+)  # sglang 0.5.23 serving_chat.py
+INCOMPLETE_CHAR = (
+    "\ufffd"  # a multi-byte character cut by a step boundary: held back until complete, as sglang's detokenizer does
+)
 
 
 # --- request bodies ----------------------------------------------------------------------------------
@@ -127,9 +131,14 @@ class Service:
         """sglang's meta_info after a step: counts so far, then on the last chunk the whole answer's."""
         g = progress.done
         meta: dict[str, Any] = {
-            "id": rid, "finish_reason": finish_reason(g) if g else None, "prompt_tokens": prompt_tokens,
-            "weight_version": "default", "num_retractions": 0, "reasoning_tokens": 0,
-            "completion_tokens": len(progress.output_ids), "cached_tokens": 0,
+            "id": rid,
+            "finish_reason": finish_reason(g) if g else None,
+            "prompt_tokens": prompt_tokens,
+            "weight_version": "default",
+            "num_retractions": 0,
+            "reasoning_tokens": 0,
+            "completion_tokens": len(progress.output_ids),
+            "cached_tokens": 0,
         }
         if g is None:
             return meta
@@ -153,8 +162,13 @@ class Service:
             state["avg_spec_accept_length"] = self.lifetime["completion_tokens"] / self.lifetime["verify_ct"]
         running, waiting = self.scheduler.load
         forwards = self.scheduler.engine.forwards
-        engine = {**self.runtime.describe(), "target_forwards": forwards.target, "drafter_forwards": forwards.drafter,
-                  "running_requests": running, "waiting_requests": waiting}
+        engine = {
+            **self.runtime.describe(),
+            "target_forwards": forwards.target,
+            "drafter_forwards": forwards.drafter,
+            "running_requests": running,
+            "waiting_requests": waiting,
+        }
         return {**self.resolved, **self.server_info_extra, "internal_states": [state], "reference_engine": engine}
 
 
@@ -174,6 +188,7 @@ class Submitted:
                 loop.call_soon_threadsafe(self.queue.put_nowait, progress)
             except RuntimeError:  # the event loop closed (shutdown): nobody is listening
                 pass
+
         return hand_over
 
     async def progress(self) -> AsyncIterator[Progress]:
@@ -209,8 +224,10 @@ DONE = b"data: [DONE]\n\n"
 
 def _error(status: int, message: str, *, openai: bool = False) -> JSONResponse:
     if openai:  # sglang's ErrorResponse on the OpenAI routes
-        return JSONResponse({"object": "error", "message": message, "type": "BadRequest", "param": None, "code": status},
-                            status_code=status)
+        return JSONResponse(
+            {"object": "error", "message": message, "type": "BadRequest", "param": None, "code": status},
+            status_code=status,
+        )
     return JSONResponse({"error": {"message": message}}, status_code=status)
 
 
@@ -266,10 +283,17 @@ def make_app(service: Service) -> FastAPI:
     @app.api_route("/model_info", methods=["GET"])
     @app.api_route("/get_model_info", methods=["GET"])
     async def model_info() -> dict[str, Any]:
-        return {"model_path": service.runtime.target_dir, "served_model_name": served,
-                "tokenizer_path": service.runtime.target_dir, "is_generation": True, "preferred_sampling_params": None,
-                "weight_version": "default", "has_image_understanding": False, "has_audio_understanding": False,
-                **service.runtime.model_facts()}
+        return {
+            "model_path": service.runtime.target_dir,
+            "served_model_name": served,
+            "tokenizer_path": service.runtime.target_dir,
+            "is_generation": True,
+            "preferred_sampling_params": None,
+            "weight_version": "default",
+            "has_image_understanding": False,
+            "has_audio_understanding": False,
+            **service.runtime.model_facts(),
+        }
 
     @app.api_route("/flush_cache", methods=["GET", "POST"])
     async def flush_cache() -> Response:
@@ -294,8 +318,13 @@ def make_app(service: Service) -> FastAPI:
         final = await submitted.last()
         if final.error is not None:
             return _error(500, final.error)
-        return JSONResponse({"text": service.text(final), "output_ids": list(final.output_ids),
-                             "meta_info": service.meta_info(submitted.rid, submitted.prompt_tokens, final)})
+        return JSONResponse(
+            {
+                "text": service.text(final),
+                "output_ids": list(final.output_ids),
+                "meta_info": service.meta_info(submitted.rid, submitted.prompt_tokens, final),
+            }
+        )
 
     @app.post("/v1/chat/completions")
     async def chat(body: ChatBody) -> Response:
@@ -307,57 +336,97 @@ def make_app(service: Service) -> FastAPI:
         except ValueError as exc:
             raise BadRequest(str(exc)) from None
         max_new = body.max_tokens or body.max_completion_tokens or 128
-        submitted = service.submit(service.runtime.encode(prompt), SamplingParams(max_new_tokens=max_new,
-                                                                                 temperature=body.temperature))
+        submitted = service.submit(
+            service.runtime.encode(prompt), SamplingParams(max_new_tokens=max_new, temperature=body.temperature)
+        )
         created = int(time.time())
         if body.stream:
             usage = body.stream_options is not None and body.stream_options.include_usage
-            return StreamingResponse(_chat_events(service, submitted, served, created, usage), media_type="text/event-stream")
+            return StreamingResponse(
+                _chat_events(service, submitted, served, created, usage), media_type="text/event-stream"
+            )
         final = await submitted.last()
         if final.error is not None:
             return _error(500, final.error, openai=True)
         meta = service.meta_info(submitted.rid, submitted.prompt_tokens, final)
-        choice: dict[str, Any] = {"index": 0, "message": {"role": "assistant", "content": service.text(final)},
-                                  "finish_reason": meta["finish_reason"]["type"]}
+        choice: dict[str, Any] = {
+            "index": 0,
+            "message": {"role": "assistant", "content": service.text(final)},
+            "finish_reason": meta["finish_reason"]["type"],
+        }
         if asks_meta:
             choice["meta_info"] = meta
-        return JSONResponse({"id": submitted.rid, "object": "chat.completion", "created": created, "model": served,
-                             "choices": [choice], "usage": _usage(meta)})
+        return JSONResponse(
+            {
+                "id": submitted.rid,
+                "object": "chat.completion",
+                "created": created,
+                "model": served,
+                "choices": [choice],
+                "usage": _usage(meta),
+            }
+        )
 
     return app
 
 
 def _usage(meta: dict[str, Any]) -> dict[str, int]:
-    return {"prompt_tokens": meta["prompt_tokens"], "completion_tokens": meta["completion_tokens"],
-            "total_tokens": meta["prompt_tokens"] + meta["completion_tokens"]}
+    return {
+        "prompt_tokens": meta["prompt_tokens"],
+        "completion_tokens": meta["completion_tokens"],
+        "total_tokens": meta["prompt_tokens"] + meta["completion_tokens"],
+    }
 
 
 async def _generate_events(service: Service, submitted: Submitted) -> AsyncIterator[bytes]:
     """sglang's non-incremental /generate stream: one chunk per decode step, cumulative."""
     async for update in submitted.progress():
         if update.error is not None:
-            yield _event({"error": {"message": update.error, "type": "invalid_request_error", "code": 500, "retryable": False}})
+            yield _event(
+                {"error": {"message": update.error, "type": "invalid_request_error", "code": 500, "retryable": False}}
+            )
             break
-        yield _event({"text": service.text(update), "output_ids": list(update.output_ids),
-                      "meta_info": service.meta_info(submitted.rid, submitted.prompt_tokens, update)})
+        yield _event(
+            {
+                "text": service.text(update),
+                "output_ids": list(update.output_ids),
+                "meta_info": service.meta_info(submitted.rid, submitted.prompt_tokens, update),
+            }
+        )
     yield DONE
 
 
-async def _chat_events(service: Service, submitted: Submitted, model: str, created: int, usage: bool) -> AsyncIterator[bytes]:
+async def _chat_events(
+    service: Service, submitted: Submitted, model: str, created: int, usage: bool
+) -> AsyncIterator[bytes]:
     """OpenAI chat deltas as sglang streams them: the role first, then each step's new text, then
     the finish reason (and usage when asked) in chunks of their own."""
 
     def chunk(delta: dict[str, Any], finish: str | None = None, matched: int | None = None) -> bytes:
-        choice = {"index": 0, "delta": {"reasoning_content": None, **delta}, "logprobs": None,
-                  "finish_reason": finish, "matched_stop": matched}
-        return _event({"id": submitted.rid, "object": "chat.completion.chunk", "created": created, "model": model,
-                       "choices": [choice]})
+        choice = {
+            "index": 0,
+            "delta": {"reasoning_content": None, **delta},
+            "logprobs": None,
+            "finish_reason": finish,
+            "matched_stop": matched,
+        }
+        return _event(
+            {
+                "id": submitted.rid,
+                "object": "chat.completion.chunk",
+                "created": created,
+                "model": model,
+                "choices": [choice],
+            }
+        )
 
     sent = ""
     final: Progress | None = None
     async for update in submitted.progress():
         if update.error is not None:
-            yield _event({"object": "error", "message": update.error, "type": "InternalServerError", "param": None, "code": 500})
+            yield _event(
+                {"object": "error", "message": update.error, "type": "InternalServerError", "param": None, "code": 500}
+            )
             yield DONE
             return
         if final is None:
@@ -365,13 +434,21 @@ async def _chat_events(service: Service, submitted: Submitted, model: str, creat
         final = update
         text = service.text(update)
         if len(text) > len(sent):
-            yield chunk({"content": text[len(sent):]})
+            yield chunk({"content": text[len(sent) :]})
             sent = text
     if final is not None and final.done is not None:
         meta = service.meta_info(submitted.rid, submitted.prompt_tokens, final)
         reason = meta["finish_reason"]
         yield chunk({}, reason["type"], reason.get("matched"))
         if usage:
-            yield _event({"id": submitted.rid, "object": "chat.completion.chunk", "created": created, "model": model,
-                          "choices": [], "usage": _usage(meta)})
+            yield _event(
+                {
+                    "id": submitted.rid,
+                    "object": "chat.completion.chunk",
+                    "created": created,
+                    "model": model,
+                    "choices": [],
+                    "usage": _usage(meta),
+                }
+            )
     yield DONE

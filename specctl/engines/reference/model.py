@@ -59,8 +59,11 @@ def _field(data: Mapping[str, Any], key: str, kind: type, source: Path) -> Any:
     if kind is float and isinstance(value, int) and not isinstance(value, bool):
         value = float(value)
     if not isinstance(value, kind) or isinstance(value, bool) and kind is not bool:
-        raise CheckpointError(f"{source}: key {key!r} must be {kind.__name__}, found {value!r}", source=str(source),
-                              fix=f"set {key!r} in {source.name}")
+        raise CheckpointError(
+            f"{source}: key {key!r} must be {kind.__name__}, found {value!r}",
+            source=str(source),
+            fix=f"set {key!r} in {source.name}",
+        )
     return value
 
 
@@ -113,11 +116,15 @@ class LlamaConfig:
     def from_hf(cls, data: Mapping[str, Any], source: Path) -> LlamaConfig:
         architectures = data.get("architectures") or []
         if "LlamaForCausalLM" not in architectures:
-            raise CheckpointError(f"{source}: architectures is {architectures!r}, the reference target is LlamaForCausalLM",
-                                  source=str(source), fix="point the target at a LlamaForCausalLM checkpoint")
+            raise CheckpointError(
+                f"{source}: architectures is {architectures!r}, the reference target is LlamaForCausalLM",
+                source=str(source),
+                fix="point the target at a LlamaForCausalLM checkpoint",
+            )
         if data.get("tie_word_embeddings"):
-            raise CheckpointError(f"{source}: tie_word_embeddings is true; the reference target needs its own lm_head",
-                                  source=str(source))
+            raise CheckpointError(
+                f"{source}: tie_word_embeddings is true; the reference target needs its own lm_head", source=str(source)
+            )
         config = cls(
             hidden_size=_field(data, "hidden_size", int, source),
             intermediate_size=_field(data, "intermediate_size", int, source),
@@ -132,7 +139,9 @@ class LlamaConfig:
             bos_token_id=data.get("bos_token_id"),
             eos_token_id=data.get("eos_token_id"),
         )
-        _check_heads(config.hidden_size, config.num_attention_heads, config.num_key_value_heads, data.get("head_dim"), source)
+        _check_heads(
+            config.hidden_size, config.num_attention_heads, config.num_key_value_heads, data.get("head_dim"), source
+        )
         return config
 
 
@@ -189,15 +198,23 @@ class DrafterConfig:
     def from_hf(cls, data: Mapping[str, Any], source: Path) -> DrafterConfig:
         architectures = data.get("architectures") or []
         if "LlamaForCausalLMEagle3" not in architectures:
-            raise CheckpointError(f"{source}: architectures is {architectures!r}, the reference drafter is LlamaForCausalLMEagle3",
-                                  source=str(source), fix="point the drafter at an EAGLE-3 checkpoint")
+            raise CheckpointError(
+                f"{source}: architectures is {architectures!r}, the reference drafter is LlamaForCausalLMEagle3",
+                source=str(source),
+                fix="point the drafter at an EAGLE-3 checkpoint",
+            )
         if data.get("num_hidden_layers", 1) != 1:
-            raise CheckpointError(f"{source}: num_hidden_layers is {data.get('num_hidden_layers')}; the reference drafter has one layer",
-                                  source=str(source))
+            raise CheckpointError(
+                f"{source}: num_hidden_layers is {data.get('num_hidden_layers')}; the reference drafter has one layer",
+                source=str(source),
+            )
         if "draft_vocab_size" not in data:
             # sglang reads config.draft_vocab_size directly and fails the same way (reference 3.1)
-            raise CheckpointError(f"{source}: key 'draft_vocab_size' is missing", source=str(source),
-                                  fix="add draft_vocab_size (the lm_head rows) to the drafter config")
+            raise CheckpointError(
+                f"{source}: key 'draft_vocab_size' is missing",
+                source=str(source),
+                fix="add draft_vocab_size (the lm_head rows) to the drafter config",
+            )
         eagle_config = data.get("eagle_config") or {}
         ids = eagle_config.get("eagle_aux_hidden_state_layer_ids")
         hidden = _field(data, "hidden_size", int, source)
@@ -219,14 +236,19 @@ class DrafterConfig:
             max_position_embeddings=int(data.get("max_position_embeddings", 1024)),
             torch_dtype=str(data.get("torch_dtype", "float32")),
         )
-        _check_heads(config.hidden_size, config.num_attention_heads, config.num_key_value_heads, data.get("head_dim"), source)
+        _check_heads(
+            config.hidden_size, config.num_attention_heads, config.num_key_value_heads, data.get("head_dim"), source
+        )
         return config
 
 
 def _check_heads(hidden: int, heads: int, kv_heads: int, head_dim: Any, source: Path) -> None:
     if heads <= 0 or kv_heads <= 0 or hidden % heads or heads % kv_heads:
-        raise CheckpointError(f"{source}: hidden_size {hidden}, num_attention_heads {heads} and num_key_value_heads "
-                              f"{kv_heads} do not divide", source=str(source))
+        raise CheckpointError(
+            f"{source}: hidden_size {hidden}, num_attention_heads {heads} and num_key_value_heads "
+            f"{kv_heads} do not divide",
+            source=str(source),
+        )
     if head_dim is not None and head_dim != hidden // heads:
         raise CheckpointError(f"{source}: head_dim {head_dim} != hidden_size / num_attention_heads", source=str(source))
 
@@ -321,8 +343,16 @@ class KVCache:
     batched forward serves sequences of different lengths.
     """
 
-    def __init__(self, layers: int, kv_heads: int, head_dim: int, max_tokens: int, dtype: torch.dtype, slots: int = 1,
-                 device: torch.device | None = None) -> None:
+    def __init__(
+        self,
+        layers: int,
+        kv_heads: int,
+        head_dim: int,
+        max_tokens: int,
+        dtype: torch.dtype,
+        slots: int = 1,
+        device: torch.device | None = None,
+    ) -> None:
         self.keys = torch.zeros(layers, slots, kv_heads, max_tokens, head_dim, dtype=dtype, device=device)
         self.values = torch.zeros_like(self.keys)
         self.lengths = [0] * slots
@@ -357,7 +387,9 @@ class KVCache:
         self.keys[layer][grid, :, rows.positions] = k.transpose(1, 2)
         self.values[layer][grid, :, rows.positions] = v.transpose(1, 2)
         if rows.contiguous is not None:  # a view, no copy
-            return self.keys[layer, rows.contiguous, :, : rows.span], self.values[layer, rows.contiguous, :, : rows.span]
+            return self.keys[layer, rows.contiguous, :, : rows.span], self.values[
+                layer, rows.contiguous, :, : rows.span
+            ]
         return self.keys[layer][rows.slots, :, : rows.span], self.values[layer][rows.slots, :, : rows.span]
 
     def commit(self, slots: Sequence[int], tokens: int) -> None:
@@ -381,8 +413,9 @@ class Rows(NamedTuple):
     contiguous: slice | None
 
 
-def _placement(cache: KVCache | None, slots: Sequence[int] | None, batch: int, new: int,
-               device: torch.device) -> tuple[Rows | None, Tensor, Tensor | None, bool]:
+def _placement(
+    cache: KVCache | None, slots: Sequence[int] | None, batch: int, new: int, device: torch.device
+) -> tuple[Rows | None, Tensor, Tensor | None, bool]:
     """(cache rows, positions, mask, is_causal) for `new` tokens of `batch` rows; without a cache, a
     plain causal pass from position 0 (training)."""
     if cache is None:
@@ -434,13 +467,17 @@ class Target(nn.Module):
     def new_cache(self, max_tokens: int, slots: int = 1) -> KVCache:
         c = self.config
         weight = self.lm_head.weight
-        return KVCache(c.num_hidden_layers, c.num_key_value_heads, c.head_dim, max_tokens, weight.dtype, slots, weight.device)
+        return KVCache(
+            c.num_hidden_layers, c.num_key_value_heads, c.head_dim, max_tokens, weight.dtype, slots, weight.device
+        )
 
     def embed(self, input_ids: Tensor) -> Tensor:
         embeds: Tensor = self.model.embed_tokens(input_ids)
         return embeds
 
-    def forward(self, input_ids: Tensor, cache: KVCache | None = None, slots: Sequence[int] | None = None) -> TargetOutput:
+    def forward(
+        self, input_ids: Tensor, cache: KVCache | None = None, slots: Sequence[int] | None = None
+    ) -> TargetOutput:
         """Run `input_ids` [batch, tokens] after the committed tokens of cache rows `slots` (default
         0..batch-1), each row at its own positions, and commit them all (the caller truncates)."""
         batch, new = input_ids.shape
@@ -540,8 +577,9 @@ class Eagle3Drafter(nn.Module):
         projected: Tensor = self.fc(hidden)
         return projected
 
-    def forward(self, embeds: Tensor, hidden: Tensor, cache: KVCache | None = None,
-                slots: Sequence[int] | None = None) -> DraftOutput:
+    def forward(
+        self, embeds: Tensor, hidden: Tensor, cache: KVCache | None = None, slots: Sequence[int] | None = None
+    ) -> DraftOutput:
         """One drafter pass over [batch, tokens] rows after the committed rows of cache rows `slots`
         (default 0..batch-1); commits them all (the caller truncates)."""
         batch, new = embeds.shape[:2]
@@ -600,8 +638,11 @@ def _load_state(module: nn.Module, directory: Path) -> None:
     expected = module.state_dict()
     for name, (file, _) in tensors.items():
         if name not in expected:
-            raise CheckpointError(f"{file}: unexpected tensor {name!r}", source=str(file),
-                                  fix="export with SpecForge/transformers tensor names")
+            raise CheckpointError(
+                f"{file}: unexpected tensor {name!r}",
+                source=str(file),
+                fix="export with SpecForge/transformers tensor names",
+            )
     for name, slot in expected.items():
         if name not in tensors:
             if name in _OPTIONAL:
@@ -609,8 +650,11 @@ def _load_state(module: nn.Module, directory: Path) -> None:
             raise CheckpointError(f"{directory}: tensor {name!r} is missing", source=str(directory))
         file, tensor = tensors[name]
         if tuple(tensor.shape) != tuple(slot.shape):
-            raise CheckpointError(f"{file}: tensor {name!r} has shape {tuple(tensor.shape)}, the config implies "
-                                  f"{tuple(slot.shape)}", source=str(file), fix="make config.json match the weights")
+            raise CheckpointError(
+                f"{file}: tensor {name!r} has shape {tuple(tensor.shape)}, the config implies {tuple(slot.shape)}",
+                source=str(file),
+                fix="make config.json match the weights",
+            )
         with torch.no_grad():
             slot.copy_(tensor.to(slot.dtype))
 
@@ -639,6 +683,8 @@ def save_checkpoint(module: Target | Eagle3Drafter, directory: Path | str) -> No
     directory.mkdir(parents=True, exist_ok=True)
     config = module.config.to_hf()
     dtype = _DTYPES[config["torch_dtype"]]
-    state = {name: (t.to(dtype) if t.is_floating_point() else t).contiguous() for name, t in module.state_dict().items()}
+    state = {
+        name: (t.to(dtype) if t.is_floating_point() else t).contiguous() for name, t in module.state_dict().items()
+    }
     save_file(state, str(directory / WEIGHTS_FILE), metadata={"format": "pt"})
     (directory / CONFIG_FILE).write_text(json.dumps(config, indent=2, sort_keys=True) + "\n", encoding="utf-8")

@@ -45,7 +45,9 @@ class Roofline:
                 raise ValueError(f"{ENV}: {key} must be >= 0, got {value}")
         missing = _KEYS - set(fields)
         if missing:
-            raise ValueError(f"{ENV}: missing {', '.join(sorted(missing))} (e.g. floor_ms=10,knee_tokens=32,token_ms=0.5)")
+            raise ValueError(
+                f"{ENV}: missing {', '.join(sorted(missing))} (e.g. floor_ms=10,knee_tokens=32,token_ms=0.5)"
+            )
         return cls(fields["floor_ms"] / 1000, int(fields["knee_tokens"]), fields["token_ms"] / 1000)
 
     def seconds(self, tokens: int) -> float:

@@ -12,7 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from specctl.engines.reference import tokenizer
-from specctl.engines.reference.roofline import ENV as ROOFLINE_ENV, Roofline
+from specctl.engines.reference.roofline import ENV as ROOFLINE_ENV
+from specctl.engines.reference.roofline import Roofline
 from specctl.engines.reference.speculate import Generation, ReferenceEngine, resolve_capture
 from specctl.plan.capture import layers_of
 
@@ -43,8 +44,13 @@ class Runtime:
 
     def describe(self) -> dict[str, Any]:
         positions = list(self.engine.capture_positions)
-        return {"emulated_sglang_version": self.version, "drafter_ids": self.drafter_ids, "capture_positions": positions,
-                "capture_layers": layers_of(positions), "num_draft_tokens": self.engine.num_draft_tokens}
+        return {
+            "emulated_sglang_version": self.version,
+            "drafter_ids": self.drafter_ids,
+            "capture_positions": positions,
+            "capture_layers": layers_of(positions),
+            "num_draft_tokens": self.engine.num_draft_tokens,
+        }
 
     def model_facts(self) -> dict[str, Any]:
         return {"model_type": self.config.get("model_type"), "architectures": self.config.get("architectures")}
@@ -101,18 +107,30 @@ def load(args: argparse.Namespace, resolved: Mapping[str, Any], log: Callable[[s
         for position, reason in outcome.dropped:
             log(f"capture position {position} is not captured: {reason}")
         positions, ids = outcome.captured, (list(outcome.ids) if outcome.ids is not None else None)
-        log(f"EAGLE3 aux hidden state capture positions {list(positions)} (ids {ids}, sglang {args.emulate_sglang_version} convention)")
+        log(
+            f"EAGLE3 aux hidden state capture positions {list(positions)} "
+            f"(ids {ids}, sglang {args.emulate_sglang_version} convention)"
+        )
     tiers = adaptive_tiers(args, resolved) if drafter else None
     if tiers is not None:
         log(f"AdaptiveSpeculativeParams initialized: tiers {tiers} (sglang {args.emulate_sglang_version})")
     roofline = Roofline.parse(os.environ[ROOFLINE_ENV]) if os.environ.get(ROOFLINE_ENV) else None
     if roofline is not None:
-        log(f"{ROOFLINE_ENV}: a target forward takes at least {roofline.floor_s * 1000:g} ms, "
-            f"+{roofline.token_s * 1000:g} ms per token past {roofline.knee_tokens}")
-    engine = ReferenceEngine(args.model_path, drafter, num_steps=resolved["speculative_num_steps"] or 3,
-                             topk=resolved["speculative_eagle_topk"] or 1, num_draft_tokens=resolved["speculative_num_draft_tokens"],
-                             capture_positions=positions, max_running_requests=resolved["max_running_requests"], adaptive=tiers,
-                             roofline=roofline)
+        log(
+            f"{ROOFLINE_ENV}: a target forward takes at least {roofline.floor_s * 1000:g} ms, "
+            f"+{roofline.token_s * 1000:g} ms per token past {roofline.knee_tokens}"
+        )
+    engine = ReferenceEngine(
+        args.model_path,
+        drafter,
+        num_steps=resolved["speculative_num_steps"] or 3,
+        topk=resolved["speculative_eagle_topk"] or 1,
+        num_draft_tokens=resolved["speculative_num_draft_tokens"],
+        capture_positions=positions,
+        max_running_requests=resolved["max_running_requests"],
+        adaptive=tiers,
+        roofline=roofline,
+    )
     log("Load weight end. type=LlamaForCausalLM, dtype=float64, device=cpu")
     log("Capture cuda graph begin. (reference engine: a warmup generation instead)")
     engine.warmup()

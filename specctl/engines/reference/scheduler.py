@@ -66,8 +66,13 @@ class Scheduler:
 
     # --- any thread --------------------------------------------------------------------------------
 
-    def submit(self, prompt_ids: Sequence[int], max_new_tokens: int, on_progress: Callable[[Progress], None],
-               stop_ids: Collection[int] = (EOS_ID,)) -> str:
+    def submit(
+        self,
+        prompt_ids: Sequence[int],
+        max_new_tokens: int,
+        on_progress: Callable[[Progress], None],
+        stop_ids: Collection[int] = (EOS_ID,),
+    ) -> str:
         """Queue a request and return its id; a request the engine cannot serve is a ValueError now."""
         self.engine.check(prompt_ids, max_new_tokens)
         ticket = _Ticket(uuid.uuid4().hex, list(prompt_ids), max_new_tokens, tuple(stop_ids), on_progress)
@@ -124,7 +129,7 @@ class Scheduler:
                 self.engine.prefill(requests)
             else:
                 self.engine.step(requests)
-        except Exception as exc:  # a forward failed: end the requests in it, keep serving the rest
+        except Exception as exc:  # noqa: BLE001 - a forward failed: end the requests in it, keep serving the rest
             if self.on_error is not None:
                 self.on_error(exc)
             for ticket in batch:

@@ -30,8 +30,10 @@ def log(message: str) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     """The subset of sglang's launch flags the reference engine honours; the rest are refused."""
-    p = argparse.ArgumentParser(prog="python -m specctl.engines.reference",
-                                description="CPU reference engine speaking sglang's flags and HTTP API.")
+    p = argparse.ArgumentParser(
+        prog="python -m specctl.engines.reference",
+        description="CPU reference engine speaking sglang's flags and HTTP API.",
+    )
     p.add_argument("--model-path", "--model", required=True)
     p.add_argument("--revision")
     p.add_argument("--speculative-algorithm")
@@ -56,8 +58,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--served-model-name")
     p.add_argument("--enable-metrics", action="store_true")
     p.add_argument("--log-level", default="info")
-    p.add_argument("--emulate-sglang-version", default=DEFAULT_EMULATED_VERSION,
-                   help="the sglang version whose capture convention and API this engine follows")
+    p.add_argument(
+        "--emulate-sglang-version",
+        default=DEFAULT_EMULATED_VERSION,
+        help="the sglang version whose capture convention and API this engine follows",
+    )
     return p
 
 
@@ -76,17 +81,32 @@ def resolved_args(args: argparse.Namespace) -> dict[str, Any]:
     if algorithm and topk == 1 and steps is not None:
         tokens = steps + 1  # sglang 0.5.23 forces this for chain drafting
     return {
-        "model_path": args.model_path, "revision": args.revision, "speculative_algorithm": algorithm,
+        "model_path": args.model_path,
+        "revision": args.revision,
+        "speculative_algorithm": algorithm,
         "speculative_draft_model_path": args.speculative_draft_model_path,
-        "speculative_draft_model_revision": args.speculative_draft_model_revision or ("main" if args.speculative_draft_model_path else None),
-        "speculative_num_steps": steps, "speculative_eagle_topk": topk, "speculative_num_draft_tokens": tokens,
-        "tp_size": args.tp_size, "nnodes": args.nnodes, "node_rank": args.node_rank, "dist_init_addr": args.dist_init_addr,
-        "host": args.host, "port": args.port, "mem_fraction_static": args.mem_fraction_static,
+        "speculative_draft_model_revision": args.speculative_draft_model_revision
+        or ("main" if args.speculative_draft_model_path else None),
+        "speculative_num_steps": steps,
+        "speculative_eagle_topk": topk,
+        "speculative_num_draft_tokens": tokens,
+        "tp_size": args.tp_size,
+        "nnodes": args.nnodes,
+        "node_rank": args.node_rank,
+        "dist_init_addr": args.dist_init_addr,
+        "host": args.host,
+        "port": args.port,
+        "mem_fraction_static": args.mem_fraction_static,
         # 48 is sglang 0.5.23's default with speculation (arg_groups/speculative_hook.py); without it sglang
         # sizes the batch from the KV pool, which for the tiny target would allow hundreds: 48 keeps memory small
-        "max_running_requests": args.max_running_requests if args.max_running_requests is not None else DEFAULT_MAX_RUNNING_REQUESTS,
-        "context_length": args.context_length, "dtype": args.dtype, "served_model_name": args.served_model_name or args.model_path,
-        "enable_metrics": args.enable_metrics, "device": "cpu",
+        "max_running_requests": args.max_running_requests
+        if args.max_running_requests is not None
+        else DEFAULT_MAX_RUNNING_REQUESTS,
+        "context_length": args.context_length,
+        "dtype": args.dtype,
+        "served_model_name": args.served_model_name or args.model_path,
+        "enable_metrics": args.enable_metrics,
+        "device": "cpu",
         "speculative_adaptive": bool(args.speculative_adaptive and algorithm),
         "speculative_adaptive_config": args.speculative_adaptive_config,
     }
@@ -142,16 +162,34 @@ def serve(args: argparse.Namespace, launch_command: str) -> None:
     def on_error(exc: BaseException) -> None:
         log(f"scheduler step failed: {type(exc).__name__}: {exc}")
 
-    service = Service(runtime, Scheduler(runtime.engine, on_error),
-                      # the HTTP API of the emulated version, from the same per-version data verify reads
-                      get_engine("sglang").http_contract(args.emulate_sglang_version), resolved,
-                      {"launch_command": launch_command, "version": args.emulate_sglang_version, "frontend": "python",
-                       "startup_time": time.time()}, args.enable_metrics, log)
+    service = Service(
+        runtime,
+        Scheduler(runtime.engine, on_error),
+        # the HTTP API of the emulated version, from the same per-version data verify reads
+        get_engine("sglang").http_contract(args.emulate_sglang_version),
+        resolved,
+        {
+            "launch_command": launch_command,
+            "version": args.emulate_sglang_version,
+            "frontend": "python",
+            "startup_time": time.time(),
+        },
+        args.enable_metrics,
+        log,
+    )
     family = socket.AF_INET6 if ":" in args.host else socket.AF_INET
     listener = socket.create_server((args.host, args.port), family=family)
-    config = uvicorn.Config(make_app(service), log_level="warning", access_log=False, lifespan="on",
-                            timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S)
-    log(f"Uvicorn running on http://{args.host}:{args.port} (reference engine, emulating sglang {args.emulate_sglang_version})")
+    config = uvicorn.Config(
+        make_app(service),
+        log_level="warning",
+        access_log=False,
+        lifespan="on",
+        timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S,
+    )
+    log(
+        f"Uvicorn running on http://{args.host}:{args.port} "
+        f"(reference engine, emulating sglang {args.emulate_sglang_version})"
+    )
     uvicorn.Server(config).run(sockets=[listener])
 
 
@@ -160,14 +198,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.tp_size != 1:
-        parser.error(f"--tp-size {args.tp_size}: the reference engine runs the whole model on one CPU device; use --tp-size 1")
+        parser.error(
+            f"--tp-size {args.tp_size}: the reference engine runs the whole model on one CPU device; use --tp-size 1"
+        )
     if args.speculative_algorithm and args.speculative_algorithm.upper() != "EAGLE3":
-        parser.error(f"--speculative-algorithm {args.speculative_algorithm}: the reference engine implements EAGLE3 only")
+        parser.error(
+            f"--speculative-algorithm {args.speculative_algorithm}: the reference engine implements EAGLE3 only"
+        )
     if args.speculative_algorithm and args.speculative_eagle_topk not in (None, 1):
         parser.error("--speculative-eagle-topk must be 1: the reference engine drafts a chain")
     if args.max_running_requests is not None and args.max_running_requests < 1:
         parser.error("--max-running-requests must be >= 1")
-    if (args.speculative_adaptive or args.speculative_adaptive_config) and not adaptive_release(args.emulate_sglang_version):
+    if (args.speculative_adaptive or args.speculative_adaptive_config) and not adaptive_release(
+        args.emulate_sglang_version
+    ):
         flags = [f for f in ("--speculative-adaptive", "--speculative-adaptive-config") if f in argv]
         parser.error(f"unrecognized arguments: {' '.join(flags)}")  # as the emulated release's own parser says
     nodes = rendezvous(args)

@@ -31,7 +31,15 @@ from specctl.engines.reference.roofline import Roofline
 from specctl.engines.reference.tokenizer import EOS_ID, PAD_ID, encode
 from specctl.engines.sglang import capture as capture_table
 
-__all__ = ["SGLANG_VERSION", "ForwardCounts", "Generation", "ReferenceEngine", "Request", "load_drafter_ids", "resolve_capture"]
+__all__ = [
+    "SGLANG_VERSION",
+    "ForwardCounts",
+    "Generation",
+    "ReferenceEngine",
+    "Request",
+    "load_drafter_ids",
+    "resolve_capture",
+]
 
 # the sglang release whose capture convention and meta_info the reference engine follows
 SGLANG_VERSION = "0.5.23"
@@ -82,7 +90,9 @@ class Generation:
         }
 
 
-def resolve_capture(drafter_dir: Path | str, num_layers: int, version: str = SGLANG_VERSION) -> capture_table.CaptureOutcome:
+def resolve_capture(
+    drafter_dir: Path | str, num_layers: int, version: str = SGLANG_VERSION
+) -> capture_table.CaptureOutcome:
     """Positions sglang `version` captures on a Llama target of `num_layers` for this drafter's config ids.
 
     Uses specctl's convention table, so the reference engine and `specctl check` agree by construction.
@@ -209,7 +219,9 @@ class ReferenceEngine:
                 capture_positions = outcome.captured
             positions = tuple(sorted(set(capture_positions)))
             if not positions or positions[0] < 0 or positions[-1] >= layers:
-                raise ValueError(f"capture positions {list(positions)} must lie in 0..{layers - 1} for a {layers}-layer target")
+                raise ValueError(
+                    f"capture positions {list(positions)} must lie in 0..{layers - 1} for a {layers}-layer target"
+                )
             self.drafter = load_drafter(drafter_dir).to(self.device)
             self.capture_positions = positions
             self.num_steps = num_steps
@@ -231,15 +243,18 @@ class ReferenceEngine:
 
     # --- one request or a fixed batch, start to finish ------------------------------------------------
 
-    def generate(self, prompt_ids: Sequence[int], max_new_tokens: int, stop_ids: Collection[int] = (EOS_ID,)) -> Generation:
+    def generate(
+        self, prompt_ids: Sequence[int], max_new_tokens: int, stop_ids: Collection[int] = (EOS_ID,)
+    ) -> Generation:
         """Greedy continuation of `prompt_ids`: up to `max_new_tokens` tokens, ending early after a stop id.
 
         A stop id that ends the output is part of `output_ids` (and `completion_tokens`), as in sglang.
         """
         return self.generate_batch([prompt_ids], max_new_tokens, stop_ids)[0]
 
-    def generate_batch(self, prompts: Sequence[Sequence[int]], max_new_tokens: int,
-                       stop_ids: Collection[int] = (EOS_ID,)) -> list[Generation]:
+    def generate_batch(
+        self, prompts: Sequence[Sequence[int]], max_new_tokens: int, stop_ids: Collection[int] = (EOS_ID,)
+    ) -> list[Generation]:
         """`generate` for every prompt, all decoded together (finished ones leave the batch)."""
         if len(prompts) > self.max_running_requests:
             raise ValueError(f"{len(prompts)} prompts > max_running_requests {self.max_running_requests}")
@@ -269,11 +284,18 @@ class ReferenceEngine:
             raise ValueError(f"token ids must lie in 0..{vocab - 1}")
         slack = self.num_draft_tokens
         if len(prompt_ids) + max_new_tokens + slack > self.max_tokens:
-            raise ValueError(f"prompt of {len(prompt_ids)} tokens + max_new_tokens {max_new_tokens} exceeds the "
-                             f"context of {self.max_tokens - slack} tokens")
+            raise ValueError(
+                f"prompt of {len(prompt_ids)} tokens + max_new_tokens {max_new_tokens} exceeds the "
+                f"context of {self.max_tokens - slack} tokens"
+            )
 
-    def start(self, prompt_ids: Sequence[int], max_new_tokens: int, stop_ids: Collection[int] = (EOS_ID,),
-              arrival: float | None = None) -> Request:
+    def start(
+        self,
+        prompt_ids: Sequence[int],
+        max_new_tokens: int,
+        stop_ids: Collection[int] = (EOS_ID,),
+        arrival: float | None = None,
+    ) -> Request:
         """A new sequence in a free cache row; `arrival` (perf_counter) is when latencies start."""
         self.check(prompt_ids, max_new_tokens)
         if not self.free_slots:
@@ -287,8 +309,14 @@ class ReferenceEngine:
         if self.drafter is not None:
             most = self.adaptive.max_steps + 1 if self.adaptive else self.num_draft_tokens
             generation.spec_correct_drafts_histogram = [0] * most
-        return Request(prompt, max_new_tokens, frozenset(stop_ids), slot,
-                        time.perf_counter() if arrival is None else arrival, generation)
+        return Request(
+            prompt,
+            max_new_tokens,
+            frozenset(stop_ids),
+            slot,
+            time.perf_counter() if arrival is None else arrival,
+            generation,
+        )
 
     def release(self, sequence: Request) -> None:
         """Give the sequence's cache row back (finished or aborted)."""

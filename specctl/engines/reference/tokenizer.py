@@ -10,7 +10,18 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 
-__all__ = ["ASSISTANT_PREFIX", "BOS_ID", "EOS_ID", "PAD_ID", "SPECIAL_TOKENS", "UNK_ID", "VOCAB_SIZE", "apply_chat_template", "decode", "encode"]
+__all__ = [
+    "ASSISTANT_PREFIX",
+    "BOS_ID",
+    "EOS_ID",
+    "PAD_ID",
+    "SPECIAL_TOKENS",
+    "UNK_ID",
+    "VOCAB_SIZE",
+    "apply_chat_template",
+    "decode",
+    "encode",
+]
 
 BOS_ID = 256
 EOS_ID = 257

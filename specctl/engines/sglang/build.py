@@ -34,8 +34,11 @@ def main() -> None:
     count = 0
     for part in PARTS:
         path = os.path.join(root, part)
-        files = [path] if os.path.isfile(path) else sorted(
-            os.path.join(d, f) for d, _, names in os.walk(path) for f in names if f.endswith(".py"))
+        files = (
+            [path]
+            if os.path.isfile(path)
+            else sorted(os.path.join(d, f) for d, _, names in os.walk(path) for f in names if f.endswith(".py"))
+        )
         for name in files:
             with open(name, "rb") as handle:
                 digest.update(os.path.relpath(name, root).encode() + b"\0" + handle.read() + b"\0")

@@ -303,8 +303,13 @@ def capture(rule: CaptureRule, ids: Sequence[int] | None, num_layers: int) -> Ca
     """Positions captured when the drafter config holds `ids` (None: key absent) under `rule`."""
     given = None if ids is None else tuple(int(i) for i in ids)
     if not rule.supported:
-        return CaptureOutcome(given, (), (), error=f"{rule.architecture} has no set_eagle3_layers_to_capture "
-                              f"in sglang {rule.first}..{rule.last}: EAGLE-3 is not supported")
+        return CaptureOutcome(
+            given,
+            (),
+            (),
+            error=f"{rule.architecture} has no set_eagle3_layers_to_capture "
+            f"in sglang {rule.first}..{rule.last}: EAGLE-3 is not supported",
+        )
     default = default_positions(rule, num_layers)
     if given is None:
         requested = default
@@ -315,7 +320,9 @@ def capture(rule: CaptureRule, ids: Sequence[int] | None, num_layers: int) -> Ca
     return bound(rule, given, requested, num_layers)
 
 
-def bound(rule: CaptureRule, given: tuple[int, ...] | None, requested: Sequence[int], num_layers: int) -> CaptureOutcome:
+def bound(
+    rule: CaptureRule, given: tuple[int, ...] | None, requested: Sequence[int], num_layers: int
+) -> CaptureOutcome:
     """Apply the forward loop's limits (last capturable position, negatives, position 0) to what a setter requested.
 
     Shared by the table and by answers from the engine probe, which report only the setter's output.
@@ -328,8 +335,13 @@ def bound(rule: CaptureRule, given: tuple[int, ...] | None, requested: Sequence[
     seen: set[int] = set()
     for p in requested:
         if p in seen:
-            dropped.append((p, "requested twice: the layer is captured once, so the drafter gets one block of "
-                               "features fewer than it has ids"))
+            dropped.append(
+                (
+                    p,
+                    "requested twice: the layer is captured once, so the drafter gets one block of "
+                    "features fewer than it has ids",
+                )
+            )
             continue
         seen.add(p)
         if p < 0:
@@ -350,13 +362,17 @@ def bound(rule: CaptureRule, given: tuple[int, ...] | None, requested: Sequence[
     if error is None and 0 in captured and rule.embedding == "error":
         error = "TypeError at the first forward: position 0 adds a residual that is None before layer 0"
     if error is None and not captured and rule.nothing_captured == "error":
-        error = ("no requested position is captured: the model's forward returns no aux hidden states and "
-                 "the outer forward fails unpacking them at its first forward (CUDA-graph capture at start-up)")
+        error = (
+            "no requested position is captured: the model's forward returns no aux hidden states and "
+            "the outer forward fails unpacking them at its first forward (CUDA-graph capture at start-up)"
+        )
     if error is None and dropped and rule.unmatched == "error":
         filled = len(requested) - len(dropped)
-        error = (f"the forward preallocates {len(requested)} capture slots and fails when it fills {filled} "
-                 f"(captured {filled} of {len(requested)} aux hidden states) at its first forward, which is CUDA-graph "
-                 f"capture at start-up: position {dropped[0][0]} {_unmatched_reason(dropped[0][1])}")
+        error = (
+            f"the forward preallocates {len(requested)} capture slots and fails when it fills {filled} "
+            f"(captured {filled} of {len(requested)} aux hidden states) at its first forward, which is CUDA-graph "
+            f"capture at start-up: position {dropped[0][0]} {_unmatched_reason(dropped[0][1])}"
+        )
     if error is not None:
         return CaptureOutcome(given, tuple(requested), (), error=error)
     return CaptureOutcome(given, tuple(requested), tuple(sorted(captured)), tuple(dropped), tuple(remapped))

@@ -9,9 +9,18 @@ from functools import cache, partial
 from pathlib import Path
 from typing import Any
 
-from specctl.engines.base import Convention, EngineProblem, HttpContract, LaunchSpec, ParseAnswer, ProbeDisagreement, ProbeReport, SpecRewrite
-from specctl.engines.flags import FlagCatalog, StoreError, load_catalog, shipped_versions
 from specctl.constants import OVERLAY_DIR, OVERLAY_PATH
+from specctl.engines.base import (
+    Convention,
+    EngineProblem,
+    HttpContract,
+    LaunchSpec,
+    ParseAnswer,
+    ProbeDisagreement,
+    ProbeReport,
+    SpecRewrite,
+)
+from specctl.engines.flags import FlagCatalog, StoreError, load_catalog, shipped_versions
 from specctl.engines.sglang import capture as table
 from specctl.errors import EngineError
 
@@ -36,15 +45,26 @@ _RESERVED = {
     "port": "engine.port",
 }
 
-# `_auto_choose_speculative_params` in sglang 0.5.23 srt/arg_groups/speculative_hook.py, keyed on the target architecture
+# `_auto_choose_speculative_params` in sglang 0.5.23 srt/arg_groups/speculative_hook.py, keyed on
+# the target architecture
 _AUTO_PARAMS = {"LlamaForCausalLM": (5, 4, 8), "Grok1ForCausalLM": (5, 4, 8), "Grok1VForCausalLM": (5, 4, 8)}
 _AUTO_DEFAULT = (3, 1, 4)
 
 
 # what drift compares between the plan and the live server (`/server_info` resolved arguments)
-DRIFT_FIELDS = ("model_path", "revision", "speculative_algorithm", "speculative_draft_model_path",
-                "speculative_draft_model_revision", "speculative_num_steps", "speculative_eagle_topk",
-                "speculative_num_draft_tokens", "tp_size", "nnodes", "port")
+DRIFT_FIELDS = (
+    "model_path",
+    "revision",
+    "speculative_algorithm",
+    "speculative_draft_model_path",
+    "speculative_draft_model_revision",
+    "speculative_num_steps",
+    "speculative_eagle_topk",
+    "speculative_num_draft_tokens",
+    "tp_size",
+    "nnodes",
+    "port",
+)
 
 
 def _as_flag_value(value: Any) -> str:
@@ -68,21 +88,30 @@ class SGLangEngine:
         data = table.load_table()
         if not data.covers_version(version):
             raise EngineError(
-                f"sglang {version} is not in specctl's convention table (it covers {data.releases[0]} to {data.releases[-1]})",
-                engine=self.name, version=version,
-                fix="use a covered version, probe the host's engine with --engine-python, or pass --assume-convention VERSION",
+                f"sglang {version} is not in specctl's convention table "
+                f"(it covers {data.releases[0]} to {data.releases[-1]})",
+                engine=self.name,
+                version=version,
+                fix="use a covered version, probe the host's engine with --engine-python, "
+                "or pass --assume-convention VERSION",
             )
         rule = data.rule_for(version, architecture)
         if rule is None:
             raise EngineError(
                 f"specctl has no capture rule for architecture {architecture!r} in sglang {version}",
-                engine=self.name, version=version,
-                fix="probe the host's engine with --engine-python, or pass --assume-convention with an architecture it covers",
+                engine=self.name,
+                version=version,
+                fix="probe the host's engine with --engine-python, "
+                "or pass --assume-convention with an architecture it covers",
             )
         return Convention(
-            engine=self.name, version=version, architecture=architecture,
-            source=rule.source, supported=rule.supported,
-            capture=partial(table.capture, rule), ids_for=partial(table.ids_for, rule),
+            engine=self.name,
+            version=version,
+            architecture=architecture,
+            source=rule.source,
+            supported=rule.supported,
+            capture=partial(table.capture, rule),
+            ids_for=partial(table.ids_for, rule),
         )
 
     def versions_expressing(self, architecture: str, positions: Sequence[int], num_layers: int) -> list[str]:
@@ -102,13 +131,22 @@ class SGLangEngine:
             return load_catalog(store, version)
         except StoreError as exc:
             if exc.failure is not None:
-                raise EngineError(f"specctl could not build sglang {version}'s flag catalog ({exc.failure})",
-                                  engine=self.name, version=version,
-                                  fix="check engine.args by hand; specctl/engines/sglang/CONVENTIONS.md lists the releases without a catalog") from None
+                raise EngineError(
+                    f"specctl could not build sglang {version}'s flag catalog ({exc.failure})",
+                    engine=self.name,
+                    version=version,
+                    fix="check engine.args by hand; "
+                    "specctl/engines/sglang/CONVENTIONS.md lists the releases without a catalog",
+                ) from None
             shipped = shipped_versions(store)
             have = f"catalogs cover {shipped[0]} to {shipped[-1]}" if shipped else "none is shipped"
-            raise EngineError(f"no sglang {version} flag catalog is shipped ({have})", engine=self.name, version=version,
-                              fix="pin a covered version, or add one with scripts/gen_sglang_flags.py --wheel from that release's wheel") from None
+            raise EngineError(
+                f"no sglang {version} flag catalog is shipped ({have})",
+                engine=self.name,
+                version=version,
+                fix="pin a covered version, "
+                "or add one with scripts/gen_sglang_flags.py --wheel from that release's wheel",
+            ) from None
 
     def launch_args(self, version: str, args: Mapping[str, Any]) -> list[str]:
         try:
@@ -122,9 +160,13 @@ class SGLangEngine:
 
     def startup_stages(self) -> Sequence[tuple[str, str]]:
         # log lines of sglang's model runner and HTTP server, in the order they appear
-        return (("Load weight begin", "loading weights"), ("Load weight end", "weights loaded"),
-                ("Capture cuda graph begin", "capturing CUDA graphs"), ("Capture cuda graph end", "CUDA graphs captured"),
-                ("fired up and ready to roll", "ready"))
+        return (
+            ("Load weight begin", "loading weights"),
+            ("Load weight end", "weights loaded"),
+            ("Capture cuda graph begin", "capturing CUDA graphs"),
+            ("Capture cuda graph end", "CUDA graphs captured"),
+            ("fired up and ready to roll", "ready"),
+        )
 
     def reserved_flags(self) -> Mapping[str, str]:
         return _RESERVED
@@ -134,19 +176,36 @@ class SGLangEngine:
         if spec.revision:
             argv += ["--revision", spec.revision]
         if spec.drafter is not None:
-            argv += ["--speculative-algorithm", spec.algorithm or "EAGLE3", "--speculative-draft-model-path", spec.drafter]
+            argv += [
+                "--speculative-algorithm",
+                spec.algorithm or "EAGLE3",
+                "--speculative-draft-model-path",
+                spec.drafter,
+            ]
             if spec.drafter_revision:
                 argv += ["--speculative-draft-model-revision", spec.drafter_revision]
-            for flag, value in (("--speculative-num-steps", spec.num_steps), ("--speculative-eagle-topk", spec.eagle_topk),
-                                ("--speculative-num-draft-tokens", spec.num_draft_tokens)):
+            for flag, value in (
+                ("--speculative-num-steps", spec.num_steps),
+                ("--speculative-eagle-topk", spec.eagle_topk),
+                ("--speculative-num-draft-tokens", spec.num_draft_tokens),
+            ):
                 if value is not None:
                     argv += [flag, str(value)]
             if spec.adaptive:
-                argv += ["--speculative-adaptive", *(["--speculative-adaptive-config", spec.adaptive_config]
-                                                     if spec.adaptive_config else [])]
+                argv += [
+                    "--speculative-adaptive",
+                    *(["--speculative-adaptive-config", spec.adaptive_config] if spec.adaptive_config else []),
+                ]
         argv += ["--tp-size", str(spec.tp)]
         if spec.nnodes > 1:
-            argv += ["--nnodes", str(spec.nnodes), "--node-rank", str(spec.node_rank), "--dist-init-addr", spec.dist_init_addr or ""]
+            argv += [
+                "--nnodes",
+                str(spec.nnodes),
+                "--node-rank",
+                str(spec.node_rank),
+                "--dist-init-addr",
+                spec.dist_init_addr or "",
+            ]
         argv += ["--host", spec.host, "--port", str(spec.port)]
         return argv
 
@@ -164,14 +223,26 @@ class SGLangEngine:
             return []
         return [*_format_problems(version, config), *_ids_problems(config)]
 
-    def adaptive_problems(self, version: str, algorithm: str, eagle_topk: int | None, args: Mapping[str, Any],
-                          tiers: Mapping[str, Any] | None) -> list[EngineProblem]:
+    def adaptive_problems(
+        self,
+        version: str,
+        algorithm: str,
+        eagle_topk: int | None,
+        args: Mapping[str, Any],
+        tiers: Mapping[str, Any] | None,
+    ) -> list[EngineProblem]:
         row = _adaptive_row(version)
         if row is None:
             since = _adaptive()["since"]
-            return [EngineProblem("spec-adaptive", True, f"sglang {version} has no adaptive speculation: "
-                                  "--speculative-adaptive is an unknown flag there and the server does not start",
-                                  f"pin engine.version to {since} or later, or remove speculative.adaptive")]
+            return [
+                EngineProblem(
+                    "spec-adaptive",
+                    True,
+                    f"sglang {version} has no adaptive speculation: "
+                    "--speculative-adaptive is an unknown flag there and the server does not start",
+                    f"pin engine.version to {since} or later, or remove speculative.adaptive",
+                )
+            ]
         off = []
         if algorithm not in row["algorithms"]:
             off.append(f"algorithm {algorithm} (only {', '.join(row['algorithms'])})")
@@ -179,15 +250,33 @@ class SGLangEngine:
             off.append(f"eagle_topk {eagle_topk} (only 1)")
         on = self._switches_on(version, args)
         off += [f"{flag.replace('_', '-')} is on" for flag in row["flags"] if flag in on]
-        off += [f"{flag.replace('_', '-')} is not set (this release needs it)" for flag in row["needs"] if flag not in on]
-        problems = [EngineProblem("spec-adaptive", False, f"sglang {version} turns adaptive speculation off with only a "
-                                  f"warning in its log, and serves the static settings: {'; '.join(off)}",
-                                  "change what it names, or remove speculative.adaptive")] if off else []
+        off += [
+            f"{flag.replace('_', '-')} is not set (this release needs it)" for flag in row["needs"] if flag not in on
+        ]
+        problems = (
+            [
+                EngineProblem(
+                    "spec-adaptive",
+                    False,
+                    f"sglang {version} turns adaptive speculation off with only a "
+                    f"warning in its log, and serves the static settings: {'; '.join(off)}",
+                    "change what it names, or remove speculative.adaptive",
+                )
+            ]
+            if off
+            else []
+        )
         if tiers is not None and not row["tiers"]:
-            problems.append(EngineProblem("spec-adaptive", True, f"sglang {version} has one set of adaptive settings for "
-                                          "every batch size (tiers by batch size come in 0.5.13): its config file has no "
-                                          "batch-size keys", "pin engine.version to 0.5.13 or later, or use "
-                                          "`adaptive: true`"))
+            problems.append(
+                EngineProblem(
+                    "spec-adaptive",
+                    True,
+                    f"sglang {version} has one set of adaptive settings for "
+                    "every batch size (tiers by batch size come in 0.5.13): its config file has no "
+                    "batch-size keys",
+                    "pin engine.version to 0.5.13 or later, or use `adaptive: true`",
+                )
+            )
         return problems
 
     def _switches_on(self, version: str, args: Mapping[str, Any]) -> set[str]:
@@ -222,28 +311,59 @@ class SGLangEngine:
         return rewritten
 
     def speculative_rewrites(
-        self, architecture: str, algorithm: str, num_steps: int | None, eagle_topk: int | None, num_draft_tokens: int | None,
+        self,
+        architecture: str,
+        algorithm: str,
+        num_steps: int | None,
+        eagle_topk: int | None,
+        num_draft_tokens: int | None,
     ) -> list[SpecRewrite]:
         rewrites = []
         given = (num_steps, eagle_topk, num_draft_tokens)
         if algorithm == "NEXTN":
-            rewrites.append(SpecRewrite("speculative.algorithm", "NEXTN", "EAGLE", "sglang resolves NEXTN as an alias of EAGLE", False))
+            rewrites.append(
+                SpecRewrite(
+                    "speculative.algorithm", "NEXTN", "EAGLE", "sglang resolves NEXTN as an alias of EAGLE", False
+                )
+            )
         if all(v is None for v in given):
             steps, topk, tokens = _AUTO_PARAMS.get(architecture, _AUTO_DEFAULT)
-            rewrites.append(SpecRewrite("speculative", None, {"num_steps": steps, "eagle_topk": topk, "num_draft_tokens": tokens},
-                                        f"sglang chooses these for {architecture} when all three are unset", False))
+            rewrites.append(
+                SpecRewrite(
+                    "speculative",
+                    None,
+                    {"num_steps": steps, "eagle_topk": topk, "num_draft_tokens": tokens},
+                    f"sglang chooses these for {architecture} when all three are unset",
+                    False,
+                )
+            )
             return rewrites
         if any(v is None for v in given):
-            missing = [n for n, v in zip(("num_steps", "eagle_topk", "num_draft_tokens"), given, strict=True) if v is None]
-            rewrites.append(SpecRewrite("speculative", dict(zip(("num_steps", "eagle_topk", "num_draft_tokens"), given, strict=True)),
-                                        None, f"sglang fails at start-up unless all three or none are set (missing: {', '.join(missing)})", True))
+            missing = [
+                n for n, v in zip(("num_steps", "eagle_topk", "num_draft_tokens"), given, strict=True) if v is None
+            ]
+            rewrites.append(
+                SpecRewrite(
+                    "speculative",
+                    dict(zip(("num_steps", "eagle_topk", "num_draft_tokens"), given, strict=True)),
+                    None,
+                    f"sglang fails at start-up unless all three or none are set (missing: {', '.join(missing)})",
+                    True,
+                )
+            )
             return rewrites
         assert num_steps is not None and num_draft_tokens is not None
         if eagle_topk == 1 and num_draft_tokens != num_steps + 1:
-            rewrites.append(SpecRewrite("speculative.num_draft_tokens", num_draft_tokens, num_steps + 1,
-                                        "with eagle_topk 1 sglang forces num_draft_tokens = num_steps + 1", False))
+            rewrites.append(
+                SpecRewrite(
+                    "speculative.num_draft_tokens",
+                    num_draft_tokens,
+                    num_steps + 1,
+                    "with eagle_topk 1 sglang forces num_draft_tokens = num_steps + 1",
+                    False,
+                )
+            )
         return rewrites
-
 
     def probe_script(self) -> Path:
         return Path(__file__).parent / "probe.py"
@@ -256,15 +376,35 @@ class SGLangEngine:
         flags = _flag_values(argv)
         tokenizer = flags.get("--tokenizer-path") or flags.get("--model-path") or flags.get("--model") or ""
         source = (Path(__file__).parent / "_chat_ids_host.py").read_text(encoding="utf-8")
-        return [python, "-c", source, tokenizer, flags.get("--revision") or "",
-                "1" if "--trust-remote-code" in argv else "0"]
+        return [
+            python,
+            "-c",
+            source,
+            tokenizer,
+            flags.get("--revision") or "",
+            "1" if "--trust-remote-code" in argv else "0",
+        ]
 
-    def probe_request(self, architecture: str | None, num_layers: int | None, ids: Sequence[Sequence[int] | None],
-                      needed: Sequence[int] | None, argvs: Sequence[Sequence[str]]) -> dict[str, Any]:
+    def probe_request(
+        self,
+        architecture: str | None,
+        num_layers: int | None,
+        ids: Sequence[Sequence[int] | None],
+        needed: Sequence[int] | None,
+        argvs: Sequence[Sequence[str]],
+    ) -> dict[str, Any]:
         queries: list[list[int] | None] = []
         if architecture and num_layers:
             n = num_layers
-            probes: list[Sequence[int] | None] = [None, *ids, [1, n // 2 - 1, n - 4], [-1, 1, n // 2], [0, n // 2, n - 1], [n - 1], [n]]
+            probes: list[Sequence[int] | None] = [
+                None,
+                *ids,
+                [1, n // 2 - 1, n - 4],
+                [-1, 1, n // 2],
+                [0, n // 2, n - 1],
+                [n - 1],
+                [n],
+            ]
             probes += table.candidate_ids(needed) if needed else []
             for item in probes:
                 query = list(item) if item is not None else None
@@ -278,14 +418,24 @@ class SGLangEngine:
         """The launch flags of an argv rendered by `argv()`: what follows `-m sglang.launch_server`."""
         return list(argv[3:]) if tuple(argv[1:3]) == ("-m", "sglang.launch_server") else list(argv)
 
-    def probe_report(self, python: str, architecture: str | None, num_layers: int | None,
-                     answer: Mapping[str, Any]) -> ProbeReport:
+    def probe_report(
+        self, python: str, architecture: str | None, num_layers: int | None, answer: Mapping[str, Any]
+    ) -> ProbeReport:
         seconds = float((answer.get("seconds") or {}).get("wall", 0.0))
         parse = tuple(ParseAnswer(tuple(p["argv"]), bool(p["ok"]), p.get("error")) for p in answer.get("parse") or [])
         engine_version = answer.get("version")
         if answer.get("error") or engine_version is None:
-            return ProbeReport(python, engine_version, None, (), parse, answer.get("error") or "no engine version reported", seconds)
-        probed = next((c for c in answer.get("captures") or [] if c["architecture"] == architecture and c["num_layers"] == num_layers), None)
+            return ProbeReport(
+                python, engine_version, None, (), parse, answer.get("error") or "no engine version reported", seconds
+            )
+        probed = next(
+            (
+                c
+                for c in answer.get("captures") or []
+                if c["architecture"] == architecture and c["num_layers"] == num_layers
+            ),
+            None,
+        )
         if not probed or architecture is None or num_layers is None:
             return ProbeReport(python, engine_version, None, (), parse, None, seconds)
         data = table.load_table()
@@ -293,27 +443,62 @@ class SGLangEngine:
         if not probed.get("supported"):
             unsupported = table.CaptureRule(architecture, engine_version, engine_version, "probe", False)
             convention = self._probed(engine_version, architecture, unsupported, {})
-            disagree = () if rule is None or not rule.supported else (ProbeDisagreement(None, None, "supported", None, probed.get("reason")),)
+            disagree = (
+                ()
+                if rule is None or not rule.supported
+                else (ProbeDisagreement(None, None, "supported", None, probed.get("reason")),)
+            )
             return ProbeReport(python, engine_version, convention, disagree, parse, None, seconds)
         stub_errors = [r["stub_error"] for r in probed["results"] if r.get("stub_error")]
         if stub_errors:
-            return ProbeReport(python, engine_version, None, (), parse, f"the probe's stub does not fit this engine: {stub_errors[0]}", seconds)
+            return ProbeReport(
+                python,
+                engine_version,
+                None,
+                (),
+                parse,
+                f"the probe's stub does not fit this engine: {stub_errors[0]}",
+                seconds,
+            )
         answers = {(tuple(r["ids"]) if r["ids"] is not None else None): r for r in probed["results"]}
-        bounds = rule if rule is not None and rule.supported else table.CaptureRule(
-            architecture, engine_version, engine_version, "probe", True, max_position="N-1", beyond="dropped", embedding="unverified")
+        bounds = (
+            rule
+            if rule is not None and rule.supported
+            else table.CaptureRule(
+                architecture,
+                engine_version,
+                engine_version,
+                "probe",
+                True,
+                max_position="N-1",
+                beyond="dropped",
+                embedding="unverified",
+            )
+        )
         convention = self._probed(engine_version, architecture, bounds, answers)
         disagreements = []
         if rule is not None:
             for ids, result in answers.items():
                 expected = table.capture(rule, list(ids) if ids is not None else None, num_layers)
-                if not rule.supported or tuple(expected.requested) != tuple(result["requested"] or ()) or (
-                        (expected.error or "").startswith("IndexError") != bool(result["error"])):
-                    disagreements.append(ProbeDisagreement(ids, tuple(expected.requested) if rule.supported else None, expected.error,
-                                                           tuple(result["requested"]) if result["requested"] is not None else None,
-                                                           result["error"]))
+                if (
+                    not rule.supported
+                    or tuple(expected.requested) != tuple(result["requested"] or ())
+                    or ((expected.error or "").startswith("IndexError") != bool(result["error"]))
+                ):
+                    disagreements.append(
+                        ProbeDisagreement(
+                            ids,
+                            tuple(expected.requested) if rule.supported else None,
+                            expected.error,
+                            tuple(result["requested"]) if result["requested"] is not None else None,
+                            result["error"],
+                        )
+                    )
         return ProbeReport(python, engine_version, convention, tuple(disagreements), parse, None, seconds)
 
-    def _probed(self, version: str, architecture: str, bounds: table.CaptureRule, answers: Mapping[Any, Any]) -> Convention:
+    def _probed(
+        self, version: str, architecture: str, bounds: table.CaptureRule, answers: Mapping[Any, Any]
+    ) -> Convention:
         """A convention that answers from the engine's own setter, bounded by the forward loop's limits."""
 
         def capture(ids: Sequence[int] | None, num_layers: int) -> table.CaptureOutcome:
@@ -411,22 +596,47 @@ def _ids_problems(config: Mapping[str, Any]) -> list[EngineProblem]:
     where = f"eagle_config.{IDS_KEY} = {json.dumps(ids)[:80]}"
     fix = "write the ids as a JSON list of integers"
     if not isinstance(ids, list) or not all(isinstance(i, (int, float)) for i in ids):
-        return [EngineProblem("drafter-ids-type", True, f"{where} is not a list of numbers: sglang passes it to the "
-                               "model's capture setter as is, which fails at start-up (a TypeError when it adds the "
-                               "+1 offset or iterates)", fix)]
+        return [
+            EngineProblem(
+                "drafter-ids-type",
+                True,
+                f"{where} is not a list of numbers: sglang passes it to the "
+                "model's capture setter as is, which fails at start-up (a TypeError when it adds the "
+                "+1 offset or iterates)",
+                fix,
+            )
+        ]
     if not all(_whole(i) for i in ids):
-        return [EngineProblem("drafter-ids-type", True, f"{where} has fractional ids: no layer index equals them, so "
-                               "sglang captures nothing at those positions (or fails at start-up where it indexes "
-                               "the layer list)", fix)]
+        return [
+            EngineProblem(
+                "drafter-ids-type",
+                True,
+                f"{where} has fractional ids: no layer index equals them, so "
+                "sglang captures nothing at those positions (or fails at start-up where it indexes "
+                "the layer list)",
+                fix,
+            )
+        ]
     odd = [i for i in ids if isinstance(i, bool) or isinstance(i, float)]
     if not odd:
         return []
     read = [int(i) for i in ids]
     floats = any(isinstance(i, float) for i in odd)
-    return [EngineProblem("drafter-ids-type", floats, f"{where}: sglang uses {json.dumps(odd)} as the numbers "
-                           f"{[int(i) for i in odd]} (true + 1 == 2), so it reads {read}"
-                           + ("; where a release indexes the layer list with an id (Qwen-MoE from 0.5.4.post2, "
-                              "Qwen3-Next), a float is a TypeError at start-up" if floats else ""), fix)]
+    return [
+        EngineProblem(
+            "drafter-ids-type",
+            floats,
+            f"{where}: sglang uses {json.dumps(odd)} as the numbers "
+            f"{[int(i) for i in odd]} (true + 1 == 2), so it reads {read}"
+            + (
+                "; where a release indexes the layer list with an id (Qwen-MoE from 0.5.4.post2, "
+                "Qwen3-Next), a float is a TypeError at start-up"
+                if floats
+                else ""
+            ),
+            fix,
+        )
+    ]
 
 
 def _format_problems(version: str, config: Mapping[str, Any]) -> list[EngineProblem]:
@@ -437,29 +647,48 @@ def _format_problems(version: str, config: Mapping[str, Any]) -> list[EngineProb
     at = releases.index(version) if version in releases else len(releases)
     known = [name for name, first in since.items() if first in releases and at >= releases.index(first)]
     if not config.get("model_type"):
-        kind = " (the speculators format)" if "speculators_config" in config or any(a.endswith("Speculator") for a in archs) else ""
-        return [EngineProblem(
-            "drafter-format", True,
-            f"the drafter config has no model_type{kind}, architectures {shown}: sglang {version} reads it with "
-            f"transformers' AutoConfig, which refuses it (\"Should have a `model_type` key\"), and its model "
-            f"registry has no such class",
-            "serve it with an engine that loads this format (vLLM loads speculators drafters), or convert it to the "
-            "layout sglang loads: architectures [\"LlamaForCausalLMEagle3\"], model_type \"llama\", the layer "
-            "fields at the top level and eagle_config.eagle_aux_hidden_state_layer_ids")]
+        kind = (
+            " (the speculators format)"
+            if "speculators_config" in config or any(a.endswith("Speculator") for a in archs)
+            else ""
+        )
+        return [
+            EngineProblem(
+                "drafter-format",
+                True,
+                f"the drafter config has no model_type{kind}, architectures {shown}: sglang {version} reads it with "
+                f'transformers\' AutoConfig, which refuses it ("Should have a `model_type` key"), and its model '
+                f"registry has no such class",
+                "serve it with an engine that loads this format (vLLM loads speculators drafters), or convert it to "
+                'the layout sglang loads: architectures ["LlamaForCausalLMEagle3"], model_type "llama", '
+                "the layer fields at the top level and eagle_config.eagle_aux_hidden_state_layer_ids",
+            )
+        ]
     if any(a in known for a in archs):
         return []
     later = {a: since[a] for a in archs if a in since}
     if later:
         name, first = next(iter(later.items()))
-        return [EngineProblem("drafter-format", True, f"sglang {version} has no {name} model class (it appears in {first})",
-                               f"pin engine.version to {first} or later")]
-    return [EngineProblem(
-        "drafter-format", True,
-        f"architectures {shown} is not an EAGLE-3 drafter class of sglang {version} (it has {', '.join(known) or 'none'}): "
-        f"sglang loads the drafter as that plain model class, without its fc and midlayer weights, so it fails at "
-        f"start-up or drafts from untrained layers",
-        "set architectures to [\"LlamaForCausalLMEagle3\"] in (a copy of) the drafter's config.json: SafeAILab's "
-        "EAGLE-3 exports name their weights as sglang's LlamaForCausalLMEagle3 loads them")]
+        return [
+            EngineProblem(
+                "drafter-format",
+                True,
+                f"sglang {version} has no {name} model class (it appears in {first})",
+                f"pin engine.version to {first} or later",
+            )
+        ]
+    return [
+        EngineProblem(
+            "drafter-format",
+            True,
+            f"architectures {shown} is not an EAGLE-3 drafter class of sglang {version} "
+            f"(it has {', '.join(known) or 'none'}): "
+            f"sglang loads the drafter as that plain model class, without its fc and midlayer weights, so it fails at "
+            f"start-up or drafts from untrained layers",
+            "set architectures to [\"LlamaForCausalLMEagle3\"] in (a copy of) the drafter's config.json: SafeAILab's "
+            "EAGLE-3 exports name their weights as sglang's LlamaForCausalLMEagle3 loads them",
+        )
+    ]
 
 
 @cache

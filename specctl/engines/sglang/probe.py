@@ -83,7 +83,11 @@ def _init_children(cls: type) -> dict[str, type]:
             if not (isinstance(node, ast.Assign) and isinstance(node.value, ast.Call)):
                 continue
             for target in node.targets:
-                if isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name) and target.value.id == "self":
+                if (
+                    isinstance(target, ast.Attribute)
+                    and isinstance(target.value, ast.Name)
+                    and target.value.id == "self"
+                ):
                     found = _called_class(cls, namespace, node.value.func)
                     if found is not None:
                         children[target.attr] = found
@@ -105,7 +109,11 @@ def _called_class(cls: type, namespace: dict[str, Any], func: ast.expr) -> type 
                 return None
             module_ns = vars(sys.modules[value.__module__])
             for node in ast.walk(tree):
-                if isinstance(node, ast.Return) and isinstance(node.value, ast.Call) and isinstance(node.value.func, ast.Name):
+                if (
+                    isinstance(node, ast.Return)
+                    and isinstance(node.value, ast.Call)
+                    and isinstance(node.value.func, ast.Name)
+                ):
                     found = module_ns.get(node.value.func.id)
                     if isinstance(found, type):
                         return found
@@ -119,9 +127,15 @@ class Stub:
         config = types.SimpleNamespace(num_hidden_layers=num_layers)
         config.text_config = config
         self.__dict__.update(
-            _cls=cls, _n=num_layers, _writes=set(), config=config,
+            _cls=cls,
+            _n=num_layers,
+            _writes=set(),
+            config=config,
             pp_group=types.SimpleNamespace(is_last_rank=True, is_first_rank=True, world_size=1),
-            capture_aux_hidden_states=False, layers_to_capture=[], start_layer=0, end_layer=num_layers,
+            capture_aux_hidden_states=False,
+            layers_to_capture=[],
+            start_layer=0,
+            end_layer=num_layers,
             layers=[types.SimpleNamespace() for _ in range(num_layers)],
         )
 
@@ -172,8 +186,13 @@ def capture(architecture: str, num_layers: int, queries: list[list[int] | None])
         module = importlib.import_module(module_name)
     cls = getattr(module, architecture)
     if not hasattr(cls, SETTER):
-        return {"supported": False, "module": module_name, "class": architecture,
-                "reason": f"{architecture} has no {SETTER}: no EAGLE-3 capture in this version", "results": []}
+        return {
+            "supported": False,
+            "module": module_name,
+            "class": architecture,
+            "reason": f"{architecture} has no {SETTER}: no EAGLE-3 capture in this version",
+            "results": [],
+        }
     results = []
     for ids in queries:
         stub = Stub(cls, num_layers)
@@ -234,8 +253,11 @@ def answer(request: dict[str, Any]) -> dict[str, Any]:
     if request.get("captures"):
         start = time.perf_counter()
         result["captures"] = [
-            {"architecture": job["architecture"], "num_layers": int(job["num_layers"]),
-             **capture(job["architecture"], int(job["num_layers"]), job.get("queries") or [None])}
+            {
+                "architecture": job["architecture"],
+                "num_layers": int(job["num_layers"]),
+                **capture(job["architecture"], int(job["num_layers"]), job.get("queries") or [None]),
+            }
             for job in request["captures"]
         ]
         result["seconds"]["capture"] = round(time.perf_counter() - start, 3)

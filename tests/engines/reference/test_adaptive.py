@@ -13,12 +13,12 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from specctl.engines import get_engine  # noqa: E402
-from specctl.engines.reference.adaptive import AdaptiveSteps, Tier  # noqa: E402
-from specctl.engines.reference.runtime import adaptive_tiers  # noqa: E402
-from specctl.engines.reference.server import main  # noqa: E402
-from specctl.engines.reference.speculate import ReferenceEngine  # noqa: E402
-from tests.engines.reference.test_speculate import DRAFTER, TARGET, workload_prompts  # noqa: E402
+from specctl.engines import get_engine
+from specctl.engines.reference.adaptive import AdaptiveSteps, Tier
+from specctl.engines.reference.runtime import adaptive_tiers
+from specctl.engines.reference.server import main
+from specctl.engines.reference.speculate import ReferenceEngine
+from tests.engines.reference.test_speculate import DRAFTER, TARGET, workload_prompts
 
 MAX_NEW = 64
 
@@ -56,7 +56,9 @@ def test_output_stays_exact_and_the_counters_show_the_steps_run() -> None:
 
 
 def test_a_tier_of_no_steps_decodes_without_drafting() -> None:
-    engine = ReferenceEngine(TARGET, DRAFTER, num_steps=3, max_running_requests=4, adaptive={"1": {"candidate_steps": [0]}})
+    engine = ReferenceEngine(
+        TARGET, DRAFTER, num_steps=3, max_running_requests=4, adaptive={"1": {"candidate_steps": [0]}}
+    )
     plain = ReferenceEngine(TARGET, max_running_requests=4)
     prompt = workload_prompts()[0]
     g = engine.generate(prompt, 32)
@@ -66,17 +68,32 @@ def test_a_tier_of_no_steps_decodes_without_drafting() -> None:
 
 def test_a_release_without_adaptive_refuses_the_flag(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exit_info:
-        main(["--model-path", str(TARGET), "--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path",
-              str(DRAFTER), "--speculative-adaptive", "--emulate-sglang-version", "0.5.10"])
+        main(
+            [
+                "--model-path",
+                str(TARGET),
+                "--speculative-algorithm",
+                "EAGLE3",
+                "--speculative-draft-model-path",
+                str(DRAFTER),
+                "--speculative-adaptive",
+                "--emulate-sglang-version",
+                "0.5.10",
+            ]
+        )
     assert exit_info.value.code == 2 and "unrecognized arguments: --speculative-adaptive" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize(("version", "config", "expected"), [
-    ("0.5.12", {"candidate_steps": [1, 3]}, {"1": {"candidate_steps": [1, 3]}}),  # before tiers: one set of knobs
-    ("0.5.23", {"8": {"candidate_steps": [0, 1]}}, {"8": {"candidate_steps": [0, 1]}}),
-])
-def test_the_config_file_is_read_as_the_emulated_release_reads_it(tmp_path: Path, version: str, config: dict[str, Any],
-                                                                  expected: dict[str, Any]) -> None:
+@pytest.mark.parametrize(
+    ("version", "config", "expected"),
+    [
+        ("0.5.12", {"candidate_steps": [1, 3]}, {"1": {"candidate_steps": [1, 3]}}),  # before tiers: one set of knobs
+        ("0.5.23", {"8": {"candidate_steps": [0, 1]}}, {"8": {"candidate_steps": [0, 1]}}),
+    ],
+)
+def test_the_config_file_is_read_as_the_emulated_release_reads_it(
+    tmp_path: Path, version: str, config: dict[str, Any], expected: dict[str, Any]
+) -> None:
     path = tmp_path / "adaptive.json"
     path.write_text(json.dumps(config))
     args = argparse.Namespace(emulate_sglang_version=version, speculative_adaptive_config=str(path))

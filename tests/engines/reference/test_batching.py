@@ -7,9 +7,9 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from specctl.engines.reference.scheduler import Progress, Scheduler  # noqa: E402
-from specctl.engines.reference.speculate import Generation, ReferenceEngine  # noqa: E402
-from tests.engines.reference.test_speculate import DRAFTER, TARGET, random_prompts, workload_prompts  # noqa: E402
+from specctl.engines.reference.scheduler import Progress, Scheduler
+from specctl.engines.reference.speculate import Generation, ReferenceEngine
+from tests.engines.reference.test_speculate import DRAFTER, TARGET, random_prompts, workload_prompts
 
 MAX_NEW = 48
 
@@ -20,8 +20,15 @@ def prompts() -> list[list[int]]:
 
 
 def counters(g: Generation) -> tuple[object, ...]:
-    return (g.output_ids, g.finish_reason, g.prompt_tokens, g.spec_verify_ct, g.spec_num_correct_drafts,
-            g.spec_num_proposed_drafts, g.spec_correct_drafts_histogram)
+    return (
+        g.output_ids,
+        g.finish_reason,
+        g.prompt_tokens,
+        g.spec_verify_ct,
+        g.spec_num_correct_drafts,
+        g.spec_num_proposed_drafts,
+        g.spec_correct_drafts_histogram,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -43,8 +50,9 @@ def test_prompts_differ_in_length() -> None:
     assert len({len(p) for p in prompts()}) >= 6
 
 
-def test_batched_equals_alone_equals_plain_greedy(plain: ReferenceEngine, speculative: ReferenceEngine,
-                                                  alone: list[Generation]) -> None:
+def test_batched_equals_alone_equals_plain_greedy(
+    plain: ReferenceEngine, speculative: ReferenceEngine, alone: list[Generation]
+) -> None:
     spec_alone = [speculative.generate(p, MAX_NEW) for p in prompts()]
     spec_batched = speculative.generate_batch(prompts(), MAX_NEW)
     plain_batched = plain.generate_batch(prompts(), MAX_NEW)
@@ -119,7 +127,9 @@ def test_progress_arrives_per_step_and_cumulatively(speculative: ReferenceEngine
     assert final is not None and all(p.done is None for p in seen[:-1])
     assert len(seen) == 1 + final.spec_verify_ct  # the prefill's token, then one update per verify step
     for before, after in zip(seen, seen[1:], strict=False):
-        assert after.output_ids[: len(before.output_ids)] == before.output_ids and len(after.output_ids) > len(before.output_ids)
+        assert after.output_ids[: len(before.output_ids)] == before.output_ids and len(after.output_ids) > len(
+            before.output_ids
+        )
     assert max(len(b.output_ids) - len(a.output_ids) for a, b in zip(seen, seen[1:], strict=False)) > 1
 
 

@@ -10,14 +10,14 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from safetensors import safe_open  # noqa: E402
+from safetensors import safe_open
 
-from specctl.engines.reference.model import load_drafter, load_target  # noqa: E402
-from specctl.engines.reference.tokenizer import apply_chat_template, decode, encode  # noqa: E402
-from specctl.engines.sglang import capture as capture_table  # noqa: E402
-from specctl.errors import CheckpointError  # noqa: E402
-from specctl.profile.document import load_document  # noqa: E402
-from specctl.profile.manifest import DrafterManifest  # noqa: E402
+from specctl.engines.reference.model import load_drafter, load_target
+from specctl.engines.reference.tokenizer import apply_chat_template, decode, encode
+from specctl.engines.sglang import capture as capture_table
+from specctl.errors import CheckpointError
+from specctl.profile.document import load_document
+from specctl.profile.manifest import DrafterManifest
 
 ROOT = Path(__file__).resolve().parents[3]
 TARGET = ROOT / "specctl" / "engines" / "reference" / "models" / "tiny-llama"
@@ -42,11 +42,17 @@ def test_target_is_a_standard_llama_checkpoint() -> None:
     expected = {"model.embed_tokens.weight": (v, h), "model.norm.weight": (h,), "lm_head.weight": (v, h)}
     for layer in range(n):
         p = f"model.layers.{layer}."
-        expected |= {p + "self_attn.q_proj.weight": (h, h), p + "self_attn.k_proj.weight": (kv, h),
-                     p + "self_attn.v_proj.weight": (kv, h), p + "self_attn.o_proj.weight": (h, h),
-                     p + "mlp.gate_proj.weight": (i, h), p + "mlp.up_proj.weight": (i, h),
-                     p + "mlp.down_proj.weight": (h, i),
-                     p + "input_layernorm.weight": (h,), p + "post_attention_layernorm.weight": (h,)}
+        expected |= {
+            p + "self_attn.q_proj.weight": (h, h),
+            p + "self_attn.k_proj.weight": (kv, h),
+            p + "self_attn.v_proj.weight": (kv, h),
+            p + "self_attn.o_proj.weight": (h, h),
+            p + "mlp.gate_proj.weight": (i, h),
+            p + "mlp.up_proj.weight": (i, h),
+            p + "mlp.down_proj.weight": (h, i),
+            p + "input_layernorm.weight": (h,),
+            p + "post_attention_layernorm.weight": (h,),
+        }
     assert shapes(TARGET) == expected
     assert (TARGET / "model.safetensors").stat().st_size < MAX_BYTES
 
@@ -56,17 +62,31 @@ def test_drafter_is_a_specforge_eagle3_checkpoint() -> None:
     target = json.loads((TARGET / "config.json").read_text())
     assert config["architectures"] == ["LlamaForCausalLMEagle3"] and config["num_hidden_layers"] == 1
     assert config["eagle_config"] == {"eagle_aux_hidden_state_layer_ids": [1, 3, 4], "use_aux_hidden_state": True}
-    h, i, d, ht = config["hidden_size"], config["intermediate_size"], config["draft_vocab_size"], config["target_hidden_size"]
+    h, i, d, ht = (
+        config["hidden_size"],
+        config["intermediate_size"],
+        config["draft_vocab_size"],
+        config["target_hidden_size"],
+    )
     assert ht == target["hidden_size"] and config["vocab_size"] == target["vocab_size"]
     kv = config["num_key_value_heads"] * h // config["num_attention_heads"]
     m = "midlayer."
     assert shapes(DRAFTER) == {
         "fc.weight": (h, 3 * ht),
-        m + "self_attn.q_proj.weight": (h, 2 * h), m + "self_attn.k_proj.weight": (kv, 2 * h),
-        m + "self_attn.v_proj.weight": (kv, 2 * h), m + "self_attn.o_proj.weight": (h, h),
-        m + "mlp.gate_proj.weight": (i, h), m + "mlp.up_proj.weight": (i, h), m + "mlp.down_proj.weight": (h, i),
-        m + "input_layernorm.weight": (h,), m + "hidden_norm.weight": (h,), m + "post_attention_layernorm.weight": (h,),
-        "norm.weight": (h,), "lm_head.weight": (d, h), "d2t": (d,), "t2d": (config["vocab_size"],),
+        m + "self_attn.q_proj.weight": (h, 2 * h),
+        m + "self_attn.k_proj.weight": (kv, 2 * h),
+        m + "self_attn.v_proj.weight": (kv, 2 * h),
+        m + "self_attn.o_proj.weight": (h, h),
+        m + "mlp.gate_proj.weight": (i, h),
+        m + "mlp.up_proj.weight": (i, h),
+        m + "mlp.down_proj.weight": (h, i),
+        m + "input_layernorm.weight": (h,),
+        m + "hidden_norm.weight": (h,),
+        m + "post_attention_layernorm.weight": (h,),
+        "norm.weight": (h,),
+        "lm_head.weight": (d, h),
+        "d2t": (d,),
+        "t2d": (config["vocab_size"],),
     }
     assert (DRAFTER / "model.safetensors").stat().st_size < MAX_BYTES
     drafter = load_drafter(DRAFTER)
@@ -81,7 +101,10 @@ def test_manifest_names_the_layers_the_config_ids_capture() -> None:
     assert rule is not None
     captured = capture_table.capture(rule, ids, manifest.target.num_hidden_layers).captured
     assert [p - 1 for p in captured] == manifest.capture.layers
-    assert manifest.drafter.model == "specctl-reference/tiny-llama-eagle3" and manifest.target.model == "specctl-reference/tiny-llama"
+    assert (
+        manifest.drafter.model == "specctl-reference/tiny-llama-eagle3"
+        and manifest.target.model == "specctl-reference/tiny-llama"
+    )
 
 
 def test_loading_names_the_file_and_tensor(tmp_path: Path) -> None:
@@ -90,7 +113,9 @@ def test_loading_names_the_file_and_tensor(tmp_path: Path) -> None:
     config = json.loads((broken / "config.json").read_text())
     config["intermediate_size"] += 1
     (broken / "config.json").write_text(json.dumps(config))
-    with pytest.raises(CheckpointError, match=r"model\.safetensors: tensor 'model\.layers\.0\.mlp\.gate_proj\.weight' has shape"):
+    with pytest.raises(
+        CheckpointError, match=r"model\.safetensors: tensor 'model\.layers\.0\.mlp\.gate_proj\.weight' has shape"
+    ):
         load_target(broken)
     (broken / "config.json").unlink()
     with pytest.raises(CheckpointError, match="no config.json"):

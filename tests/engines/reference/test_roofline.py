@@ -3,23 +3,25 @@ setting, memory-bound below the knee and compute-bound past it, and without effe
 
 from __future__ import annotations
 
-import time
-
 import pytest
 
 from specctl.engines.reference.roofline import Roofline
 
 torch = pytest.importorskip("torch")
 
-from specctl.engines.reference.speculate import ReferenceEngine  # noqa: E402
-from tests.engines.reference.test_speculate import DRAFTER, TARGET, workload_prompts  # noqa: E402
+from specctl.engines.reference.speculate import ReferenceEngine
+from tests.engines.reference.test_speculate import DRAFTER, TARGET, workload_prompts
 
 
 def test_parse_reads_every_key_and_refuses_what_it_cannot_read() -> None:
     roofline = Roofline.parse("floor_ms=10, knee_tokens=32, token_ms=0.5")
     assert roofline == Roofline(0.010, 32, 0.0005)
-    for bad, says in [("floor_ms=10,knee_tokens=32", "missing token_ms"), ("floor_ms=x,knee_tokens=1,token_ms=1", "not a number"),
-                      ("floor=10", "'floor=10' is not one of"), ("floor_ms=-1,knee_tokens=1,token_ms=1", "must be >= 0")]:
+    for bad, says in [
+        ("floor_ms=10,knee_tokens=32", "missing token_ms"),
+        ("floor_ms=x,knee_tokens=1,token_ms=1", "not a number"),
+        ("floor=10", "'floor=10' is not one of"),
+        ("floor_ms=-1,knee_tokens=1,token_ms=1", "must be >= 0"),
+    ]:
         with pytest.raises(ValueError, match=says):
             Roofline.parse(bad)
 
@@ -30,20 +32,23 @@ def test_a_forward_is_flat_below_the_knee_and_grows_per_token_past_it() -> None:
     assert roofline.seconds(176) == pytest.approx(0.010 + 144 * 0.001)
 
 
-def test_pad_sleeps_only_what_the_forward_left() -> None:
+def test_pad_sleeps_only_what_the_forward_left(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The clock is the test's: pad asks for the forward's time less what it already took, never less than 0."""
+    from specctl.engines.reference import roofline as module
+
+    slept: list[float] = []
+    monkeypatch.setattr(module.time, "perf_counter", lambda: 100.0)
+    monkeypatch.setattr(module.time, "sleep", slept.append)
     roofline = Roofline(0.05, 1, 0.0)
-    started = time.perf_counter()
-    roofline.pad(started, 1)
-    assert time.perf_counter() - started >= 0.05
-    late = time.perf_counter() - 1.0  # a forward that already took a second is not padded
-    before = time.perf_counter()
-    roofline.pad(late, 1)
-    assert time.perf_counter() - before < 0.05
+    roofline.pad(100.0 - 0.02, 1)  # began 20 ms ago: 30 ms are left
+    roofline.pad(100.0 - 1.0, 1)  # a forward that already took a second is not padded
+    assert slept == [pytest.approx(0.03)]
 
 
 def test_output_is_the_same_with_and_without_it() -> None:
     prompts = workload_prompts()[:4]
     plain = ReferenceEngine(TARGET, DRAFTER, num_steps=3, max_running_requests=4)
     padded = ReferenceEngine(TARGET, DRAFTER, num_steps=3, max_running_requests=4, roofline=Roofline(0.001, 8, 0.0001))
-    assert ([g.output_ids for g in plain.generate_batch(prompts, 24)]
-            == [g.output_ids for g in padded.generate_batch(prompts, 24)])
+    assert [g.output_ids for g in plain.generate_batch(prompts, 24)] == [
+        g.output_ids for g in padded.generate_batch(prompts, 24)
+    ]

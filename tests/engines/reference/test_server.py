@@ -34,17 +34,40 @@ def free_port() -> int:
 
 
 def launch(*flags: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "specctl.engines.reference", *flags], capture_output=True, text=True, timeout=60)
+    return subprocess.run(
+        [sys.executable, "-m", "specctl.engines.reference", *flags], capture_output=True, text=True, timeout=60
+    )
 
 
 @contextmanager
 def started(*extra: str) -> Iterator[tuple[str, subprocess.Popen[str]]]:
     """A reference engine process for the block; stopped (by its pid) whatever the block does."""
     port = free_port()
-    argv = [sys.executable, "-m", "specctl.engines.reference", "--model-path", str(MODELS / "tiny-llama"),
-            "--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", str(MODELS / "tiny-llama-eagle3"),
-            "--speculative-num-steps", "3", "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "4",
-            "--tp-size", "1", "--host", "127.0.0.1", "--port", str(port), "--enable-metrics", *extra]
+    argv = [
+        sys.executable,
+        "-m",
+        "specctl.engines.reference",
+        "--model-path",
+        str(MODELS / "tiny-llama"),
+        "--speculative-algorithm",
+        "EAGLE3",
+        "--speculative-draft-model-path",
+        str(MODELS / "tiny-llama-eagle3"),
+        "--speculative-num-steps",
+        "3",
+        "--speculative-eagle-topk",
+        "1",
+        "--speculative-num-draft-tokens",
+        "4",
+        "--tp-size",
+        "1",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--enable-metrics",
+        *extra,
+    ]
     process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         client = EngineClient(f"http://127.0.0.1:{port}", timeout_s=60)
@@ -104,8 +127,11 @@ def test_an_emulated_version_before_0_5_13_ignores_return_meta_info_in_chat(serv
         client = EngineClient(url, timeout_s=60)
         assert client.chat(messages, max_new_tokens=8).spec_verify_ct is None
         assert client.generate(text="hello", max_new_tokens=8).spec_verify_ct
-        status, _, body = post(url, "/v1/chat/completions", {"messages": messages, "max_tokens": 8, "temperature": 0,
-                                                               "stream": True, "return_meta_info": True})
+        status, _, body = post(
+            url,
+            "/v1/chat/completions",
+            {"messages": messages, "max_tokens": 8, "temperature": 0, "stream": True, "return_meta_info": True},
+        )
         assert status == 200 and events(body)[-1]["choices"][0]["finish_reason"] in ("length", "stop")
 
 
@@ -132,12 +158,17 @@ def test_generate_fields_parse_with_the_sglang_client(server: tuple[str, Any]) -
 
 
 def test_field_names_match_the_reference_document(server: tuple[str, Any]) -> None:
-    """Every meta_info key the document lists for a finished speculative request is there, and no spec key it does not list."""
+    """Every meta_info key the document lists for a finished speculative request is there, and no
+    spec key it does not list."""
     import json
     import urllib.request
 
-    request = urllib.request.Request(server[0] + "/generate", method="POST", headers={"Content-Type": "application/json"},
-                                     data=json.dumps({"text": "hello", "sampling_params": {"max_new_tokens": 8, "temperature": 0}}).encode())
+    request = urllib.request.Request(
+        server[0] + "/generate",
+        method="POST",
+        headers={"Content-Type": "application/json"},
+        data=json.dumps({"text": "hello", "sampling_params": {"max_new_tokens": 8, "temperature": 0}}).encode(),
+    )
     with urllib.request.urlopen(request) as response:
         meta = json.loads(response.read())["meta_info"]
     if REFERENCE_DOC.exists():
@@ -145,10 +176,25 @@ def test_field_names_match_the_reference_document(server: tuple[str, Any]) -> No
         always = re.findall(r"`(\w+)`", section.split("- Always:", 1)[1].split("\n  - On the finished", 1)[0])
         spec = [k for k in re.findall(r"- `(spec_\w+)`", section) if not k.startswith(("spec_cap", "spec_block"))]
     else:  # the same lists, as the document has them
-        always = ["id", "finish_reason", "prompt_tokens", "weight_version", "num_retractions", "reasoning_tokens",
-                  "completion_tokens", "cached_tokens", "cached_tokens_details"]
-        spec = ["spec_verify_ct", "spec_accept_length", "spec_accept_rate", "spec_num_correct_drafts",
-                "spec_num_proposed_drafts", "spec_correct_drafts_histogram"]
+        always = [
+            "id",
+            "finish_reason",
+            "prompt_tokens",
+            "weight_version",
+            "num_retractions",
+            "reasoning_tokens",
+            "completion_tokens",
+            "cached_tokens",
+            "cached_tokens_details",
+        ]
+        spec = [
+            "spec_verify_ct",
+            "spec_accept_length",
+            "spec_accept_rate",
+            "spec_num_correct_drafts",
+            "spec_num_proposed_drafts",
+            "spec_correct_drafts_histogram",
+        ]
     optional = {"cached_tokens_details"}
     assert set(always) - optional <= set(meta)
     assert set(spec) == {k for k in meta if k.startswith("spec_")}
@@ -158,7 +204,9 @@ def test_field_names_match_the_reference_document(server: tuple[str, Any]) -> No
 def test_server_info_model_info_and_errors(server: tuple[str, Any]) -> None:
     client = EngineClient(server[0])
     info = client.server_info()
-    assert info["speculative_algorithm"] == "EAGLE3" and info["speculative_num_draft_tokens"] == 4 and info["tp_size"] == 1
+    assert (
+        info["speculative_algorithm"] == "EAGLE3" and info["speculative_num_draft_tokens"] == 4 and info["tp_size"] == 1
+    )
     assert info["version"] == "0.5.23" and isinstance(info["internal_states"], list)
     client.generate(text="hi", max_new_tokens=4)
     assert client.server_info()["internal_states"][0]["avg_spec_accept_length"] > 0
@@ -192,8 +240,9 @@ def test_generate_streams_sglang_chunks_ending_in_the_plain_answer(server: tuple
     assert last["text"] == plain["text"] and last["output_ids"] == plain["output_ids"]
     timing = {"id", "e2e_latency", "first_token_latency"}
     assert set(last["meta_info"]) == set(plain["meta_info"])
-    assert {k: v for k, v in last["meta_info"].items() if k not in timing} == \
-        {k: v for k, v in plain["meta_info"].items() if k not in timing}
+    assert {k: v for k, v in last["meta_info"].items() if k not in timing} == {
+        k: v for k, v in plain["meta_info"].items() if k not in timing
+    }
     streamed = EngineClient(server[0]).generate_stream(input_ids=[256, *prompt.encode()], max_new_tokens=40)
     assert streamed.completion_tokens == plain["meta_info"]["completion_tokens"] and streamed.spec_verify_ct
 
@@ -202,8 +251,9 @@ def test_chat_streams_openai_deltas_that_add_up_to_the_answer(server: tuple[str,
     request = {"messages": CHAT, "max_tokens": 40, "temperature": 0}
     status, _, body = post(server[0], "/v1/chat/completions", request)
     answer = json.loads(body)
-    status, kind, body = post(server[0], "/v1/chat/completions", {**request, "stream": True,
-                                                                  "stream_options": {"include_usage": True}})
+    status, kind, body = post(
+        server[0], "/v1/chat/completions", {**request, "stream": True, "stream_options": {"include_usage": True}}
+    )
     assert status == 200 and kind.startswith("text/event-stream")
     chunks = events(body)
     assert all(c["object"] == "chat.completion.chunk" and c["id"] == chunks[0]["id"] for c in chunks)
@@ -217,18 +267,33 @@ def test_chat_streams_openai_deltas_that_add_up_to_the_answer(server: tuple[str,
 
 
 def test_chat_refuses_streaming_with_return_meta_info_as_sglang_does(server: tuple[str, Any]) -> None:
-    status, _, body = post(server[0], "/v1/chat/completions", {"messages": CHAT, "temperature": 0, "stream": True,
-                                                                "return_meta_info": True})
+    status, _, body = post(
+        server[0],
+        "/v1/chat/completions",
+        {"messages": CHAT, "temperature": 0, "stream": True, "return_meta_info": True},
+    )
     assert status == 400
-    assert json.loads(body)["message"] == ("return_meta_info is not supported with streaming. "
-                                           "Please set stream=false when using return_meta_info=true.")
+    assert json.loads(body)["message"] == (
+        "return_meta_info is not supported with streaming. Please set stream=false when using return_meta_info=true."
+    )
 
 
 def test_concurrent_requests_share_forwards_and_keep_their_output(server: tuple[str, Any]) -> None:
     """8 different prompts at once need fewer target forwards than one after another, with the same answers."""
     client = EngineClient(server[0], timeout_s=120)
-    prompts = [f"User: {q}\nAssistant: " for q in ("What is 2 + 2?", "Name a river.", "Count to five.", "Hi",
-                                                     "What colour is the sky?", "Spell cat.", "Who wrote Hamlet?", "Bye")]
+    prompts = [
+        f"User: {q}\nAssistant: "
+        for q in (
+            "What is 2 + 2?",
+            "Name a river.",
+            "Count to five.",
+            "Hi",
+            "What colour is the sky?",
+            "Spell cat.",
+            "Who wrote Hamlet?",
+            "Bye",
+        )
+    ]
 
     def forwards() -> int:
         return int(client.server_info()["reference_engine"]["target_forwards"])
@@ -246,7 +311,9 @@ def test_concurrent_requests_share_forwards_and_keep_their_output(server: tuple[
         concurrent = list(pool.map(answer, prompts))
     concurrent_forwards = forwards() - before
     assert [a["output_ids"] for a in concurrent] == [a["output_ids"] for a in sequential]
-    assert [a["meta_info"]["spec_verify_ct"] for a in concurrent] == [a["meta_info"]["spec_verify_ct"] for a in sequential]
+    assert [a["meta_info"]["spec_verify_ct"] for a in concurrent] == [
+        a["meta_info"]["spec_verify_ct"] for a in sequential
+    ]
     assert concurrent_forwards < sequential_forwards / 2
 
 
@@ -254,8 +321,12 @@ def test_sigterm_stops_the_server_with_a_stream_open() -> None:
     with started() as (url, process):
         host, port = url.removeprefix("http://").split(":")
         connection = http.client.HTTPConnection(host, int(port), timeout=60)
-        connection.request("POST", "/generate", json.dumps(generate_body("User: Hi\nAssistant: ", max_new=400, stream=True)),
-                           {"Content-Type": "application/json"})
+        connection.request(
+            "POST",
+            "/generate",
+            json.dumps(generate_body("User: Hi\nAssistant: ", max_new=400, stream=True)),
+            {"Content-Type": "application/json"},
+        )
         response = connection.getresponse()
         assert response.status == 200 and response.readline().startswith(b"data: ")
         process.send_signal(signal.SIGTERM)

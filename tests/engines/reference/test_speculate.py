@@ -14,8 +14,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from specctl.engines.reference.speculate import Generation, ReferenceEngine, resolve_capture  # noqa: E402
-from specctl.engines.reference.tokenizer import EOS_ID, apply_chat_template, encode  # noqa: E402
+from specctl.engines.reference.speculate import Generation, ReferenceEngine, resolve_capture
+from specctl.engines.reference.tokenizer import EOS_ID, apply_chat_template, encode
 
 ROOT = Path(__file__).resolve().parents[3]
 TARGET = ROOT / "specctl" / "engines" / "reference" / "models" / "tiny-llama"
@@ -89,17 +89,23 @@ def test_workload_is_the_built_in_chat_set(prompts: list[list[int]]) -> None:
     assert len(prompts) == 32
 
 
-def test_correct_layers_accept_at_least_two_tokens_per_verify(correct: list[Generation], prompts: list[list[int]]) -> None:
+def test_correct_layers_accept_at_least_two_tokens_per_verify(
+    correct: list[Generation], prompts: list[list[int]]
+) -> None:
     on_workload = correct[: len(prompts)]
     assert accept_length(on_workload) >= 2.0
 
 
-def test_wrong_layers_lose_at_least_30_percent(correct: list[Generation], wrong: list[Generation], prompts: list[list[int]]) -> None:
+def test_wrong_layers_lose_at_least_30_percent(
+    correct: list[Generation], wrong: list[Generation], prompts: list[list[int]]
+) -> None:
     right = accept_length(correct[: len(prompts)])
     assert accept_length(wrong) <= 0.7 * right
 
 
-def test_speculation_keeps_greedy_output_exact(baseline: list[Generation], correct: list[Generation], wrong: list[Generation]) -> None:
+def test_speculation_keeps_greedy_output_exact(
+    baseline: list[Generation], correct: list[Generation], wrong: list[Generation]
+) -> None:
     assert [g.output_ids for g in correct] == [g.output_ids for g in baseline]
     assert [g.output_ids for g in wrong] == [g.output_ids for g in baseline[: len(wrong)]]
     assert [g.finish_reason for g in correct] == [g.finish_reason for g in baseline]

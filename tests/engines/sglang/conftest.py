@@ -14,21 +14,13 @@ import pytest
 SCRIPTS = Path(__file__).resolve().parents[3] / "scripts"
 
 
-@pytest.fixture(scope="module")
-def sglang_python() -> str:
-    """SPECCTL_SGLANG_PYTHON (`make test` sets it); a missing environment skips, or fails under CI=true."""
-    python = os.environ.get("SPECCTL_SGLANG_PYTHON", "")
-    if not python or not Path(python).exists():
-        message = "SPECCTL_SGLANG_PYTHON does not name the sglang CPU environment (make sglang-env)"
-        if os.environ.get("CI") == "true":
-            pytest.fail(message)
-        pytest.skip(message)
-    return python
-
-
 def script(name: str) -> ModuleType:
     """A generator of scripts/ loaded as a module (it imports gen_sglang_conventions beside it)."""
-    spec = importlib.util.spec_from_file_location(name, SCRIPTS / f"{name}.py")
+    return script_at(SCRIPTS / f"{name}.py", name)
+
+
+def script_at(path: Path, name: str) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(name, path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module
@@ -36,15 +28,25 @@ def script(name: str) -> ModuleType:
     return module
 
 
+def _wheels_module() -> ModuleType:
+    return script_at(SCRIPTS / "sglang-cpu" / "wheels.py", "sglang_cpu_wheels")
+
+
+def wheel_directory() -> Path:
+    """Where `make sglang-wheels` put the release wheels (SPECCTL_SGLANG_WHEELS, else the repository's .cache)."""
+    return Path(os.environ.get("SPECCTL_SGLANG_WHEELS") or SCRIPTS.parent / ".cache" / "sglang-wheels")
+
+
 @dataclass(frozen=True)
 class Wheels:
-    """The sglang wheels in the cache: every release, or on a fresh machine the conformance sample."""
+    """The sglang release wheels of scripts/sglang-cpu/wheels.lock, every one present."""
 
+    directory: Path
     releases: list[str]
     conventions: ModuleType
 
     def wheel(self, version: str) -> Path:
-        path: Path = self.conventions.cached_wheel(self.conventions.DEFAULT_CACHE, version)
+        path: Path = self.conventions.cached_wheel(self.directory, version)
         return path
 
     def newer(self, a: str, b: str) -> bool:
@@ -52,12 +54,20 @@ class Wheels:
         return bool(self.conventions.version_key(a) >= self.conventions.version_key(b))
 
 
+def locked_wheels() -> Wheels:
+    """The locked wheels; a missing one skips, or fails under CI=true (`make test` fetches them all)."""
+    conventions = script("gen_sglang_conventions")
+    directory = wheel_directory()
+    locked = _wheels_module().read_lock()
+    missing = [v for v, (name, _) in locked.items() if not (directory / name).is_file()]
+    if missing:
+        message = f"no wheel of sglang {', '.join(missing)} in {directory} (make sglang-wheels fetches them)"
+        if os.environ.get("CI") == "true":
+            pytest.fail(message)
+        pytest.skip(message)
+    return Wheels(directory, sorted(locked, key=conventions.version_key), conventions)
+
+
 @pytest.fixture(scope="module")
 def cached_wheels() -> Wheels:
-    conventions = script("gen_sglang_conventions")
-    releases = conventions.list_releases_cached(conventions.DEFAULT_CACHE)
-    if not releases:
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"no sglang wheels in {conventions.DEFAULT_CACHE}")
-        pytest.skip(f"no sglang wheels in {conventions.DEFAULT_CACHE}")
-    return Wheels(releases, conventions)
+    return locked_wheels()

@@ -17,8 +17,9 @@ from tests.engines.sglang.conftest import Wheels, script
 SGLANG = get_engine("sglang")
 
 
-def found(version: str, *, topk: int | None = 1, args: dict[str, object] | None = None,
-          tiers: dict[str, object] | None = None) -> list[tuple[str, bool, str]]:
+def found(
+    version: str, *, topk: int | None = 1, args: dict[str, object] | None = None, tiers: dict[str, object] | None = None
+) -> list[tuple[str, bool, str]]:
     return [(p.code, p.error, p.message) for p in SGLANG.adaptive_problems(version, "EAGLE3", topk, args or {}, tiers)]
 
 
@@ -53,15 +54,26 @@ def test_the_built_in_tiers_follow_the_release() -> None:
     assert SGLANG.adaptive_tiers("0.5.12") == {"1": {"candidate_steps": [1, 3, 7]}}
     tiers = SGLANG.adaptive_tiers("0.5.23")
     assert tiers is not None and {bs: t["candidate_steps"] for bs, t in tiers.items()} == {
-        "1": [1, 3, 5, 7], "8": [0, 1, 3], "32": [0, 1], "64": [0]}
+        "1": [1, 3, 5, 7],
+        "8": [0, 1, 3],
+        "32": [0, 1],
+        "64": [0],
+    }
 
 
 @pytest.mark.conformance
 def test_the_installed_release_has_the_tiers_the_table_says(sglang_python: str) -> None:
-    code = ("import json; from sglang.srt.speculative.adaptive_spec_params import DEFAULT_ADAPTIVE_CONFIG as c; "
-            "import sglang; print(json.dumps({'version': sglang.__version__, 'tiers': c}))")
-    done = subprocess.run([sglang_python, "-c", code], capture_output=True, text=True, timeout=120,
-                          env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    code = (
+        "import json; from sglang.srt.speculative.adaptive_spec_params import DEFAULT_ADAPTIVE_CONFIG as c; "
+        "import sglang; print(json.dumps({'version': sglang.__version__, 'tiers': c}))"
+    )
+    done = subprocess.run(
+        [sglang_python, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "HF_HUB_OFFLINE": "1"},
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     answer = json.loads(done.stdout.strip().splitlines()[-1])
     assert SGLANG.adaptive_tiers(answer["version"]) == answer["tiers"]

@@ -20,8 +20,19 @@ DEFAULT = ("2", "N//2", "N-3")
 
 
 def rule(explicit: str = "plus_one", **changes: object) -> CaptureRule:
-    base = CaptureRule("X", "1.0.0", "1.0.0", "x.py:X.set_eagle3_layers_to_capture", True, DEFAULT, explicit,
-                       "N-1", "dropped", "dropped", "captured")
+    base = CaptureRule(
+        "X",
+        "1.0.0",
+        "1.0.0",
+        "x.py:X.set_eagle3_layers_to_capture",
+        True,
+        DEFAULT,
+        explicit,
+        "N-1",
+        "dropped",
+        "dropped",
+        "captured",
+    )
     return dataclasses.replace(base, **changes)  # type: ignore[arg-type]
 
 
@@ -36,8 +47,16 @@ GPT_OSS_NEW = rule("plus_one_unless_max_is_n", max_position="N")
 
 @pytest.mark.parametrize(
     ("formula", "n", "value"),
-    [("2", 61, 2), ("N//2", 61, 30), ("N-3", 61, 58), ("N-1", 32, 31), ("N//2-1", 32, 15), ("(N+1)//2", 5, 3),
-     ("-1", 8, -1), ("N - 4", 94, 90)],
+    [
+        ("2", 61, 2),
+        ("N//2", 61, 30),
+        ("N-3", 61, 58),
+        ("N-1", 32, 31),
+        ("N//2-1", 32, 15),
+        ("(N+1)//2", 5, 3),
+        ("-1", 8, -1),
+        ("N - 4", 94, 90),
+    ],
 )
 def test_formula_values(formula: str, n: int, value: int) -> None:
     assert evaluate_formula(formula, n) == value
@@ -241,7 +260,7 @@ def test_table_rows_tile_the_releases_without_gaps(table: ConventionTable) -> No
     for arch in table.architectures():
         rows = sorted((r for r in table.rows if r.architecture == arch), key=lambda r: index[r.first])
         assert index[rows[0].first] == 0 and index[rows[-1].last] == len(table.releases) - 1
-        for before, after in zip(rows, rows[1:]):
+        for before, after in zip(rows, rows[1:], strict=False):
             assert index[after.first] == index[before.last] + 1
         for r in rows:
             if r.supported:

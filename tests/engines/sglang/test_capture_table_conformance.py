@@ -12,7 +12,6 @@ when missing; without network the tier skips, except under CI=true, where it fai
 from __future__ import annotations
 
 import importlib.util
-import os
 import sys
 from functools import cache
 from pathlib import Path
@@ -22,6 +21,8 @@ from typing import Any
 import pytest
 
 from specctl.engines.sglang.capture import ConventionTable, load_table
+from tests.engines.sglang.conftest import _wheels_module, locked_wheels
+from tests.engines.sglang.test_flag_catalog import SAMPLE as FLAG_SAMPLE
 
 pytestmark = pytest.mark.conformance
 
@@ -30,7 +31,9 @@ LAYER_COUNTS = (32, 61)
 
 
 def _generator() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("gen_sglang_conventions", REPO / "scripts" / "gen_sglang_conventions.py")
+    spec = importlib.util.spec_from_file_location(
+        "gen_sglang_conventions", REPO / "scripts" / "gen_sglang_conventions.py"
+    )
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module
@@ -41,8 +44,7 @@ def _generator() -> ModuleType:
 def change_points(table: ConventionTable) -> list[tuple[str, str]]:
     """(architecture, release) pairs: the first release of every supported row, and the newest release."""
     pairs = {(row.architecture, row.first) for row in table.rows if row.supported}
-    pairs |= {(arch, table.releases[-1]) for arch in table.architectures()
-              if table.versions_supporting(arch)}
+    pairs |= {(arch, table.releases[-1]) for arch in table.architectures() if table.versions_supporting(arch)}
     return sorted(pairs, key=lambda p: (p[0], table.releases.index(p[1])))
 
 
@@ -68,16 +70,8 @@ def gen() -> ModuleType:
 
 
 @pytest.fixture(scope="module")
-def cache_dir(gen: ModuleType) -> Path:
-    directory: Path = gen.DEFAULT_CACHE
-    try:
-        for version in sorted({v for _, v in SAMPLE} | {"0.5.12.post1", "0.5.13", "0.5.23"}, key=gen.version_key):
-            gen.download(directory, version)
-    except Exception as exc:  # no network, no pip: only CI must have them
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"cannot fetch sglang wheels into {directory}: {exc}")
-        pytest.skip(f"sglang wheels not available ({exc})")
-    return directory
+def cache_dir() -> Path:
+    return locked_wheels().directory
 
 
 @pytest.fixture(scope="module")
@@ -85,7 +79,15 @@ def release(gen: ModuleType, cache_dir: Path) -> Any:
     @cache
     def read(version: str) -> Any:
         return gen.read_release(gen.cached_wheel(cache_dir, version), version)
+
     return read
+
+
+def test_the_locked_wheels_hold_every_release_the_conformance_tier_reads() -> None:
+    """wheels.lock, which `make test` fetches, names every release of the sample and of the other checks."""
+    locked = set(_wheels_module().read_lock())
+    needed = {v for _, v in SAMPLE} | {"0.5.12.post1", "0.5.13", "0.5.23"} | set(FLAG_SAMPLE)
+    assert needed <= locked, f"add {sorted(needed - locked)} to scripts/sglang-cpu/wheels.lock"
 
 
 def test_the_sample_covers_every_change_of_every_architecture() -> None:
@@ -97,7 +99,9 @@ def test_the_sample_covers_every_change_of_every_architecture() -> None:
 
 @pytest.mark.slow
 @pytest.mark.parametrize(("architecture", "version"), SAMPLE, ids=[f"{a}@{v}" for a, v in SAMPLE])
-def test_the_table_is_what_the_release_code_does(gen: ModuleType, release: Any, architecture: str, version: str) -> None:
+def test_the_table_is_what_the_release_code_does(
+    gen: ModuleType, release: Any, architecture: str, version: str
+) -> None:
     table = load_table()
     row = table.rule_for(version, architecture)
     assert row is not None and row.supported
@@ -113,10 +117,13 @@ def test_the_table_is_what_the_release_code_does(gen: ModuleType, release: Any, 
             assert gen._agrees_executed(row, key, obs), (
                 f"{architecture} @ {version}, N={n}, {label} ids {ids}: table says "
                 f"{gen.capture(row, ids, n)}, the release did requested={obs.requested} setter_error={obs.error} "
-                f"forward={obs.executed}")
+                f"forward={obs.executed}"
+            )
 
 
-def test_generator_fails_loudly_when_no_rule_fits(gen: ModuleType, release: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_generator_fails_loudly_when_no_rule_fits(
+    gen: ModuleType, release: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # with the deepseek rule of #25454 removed, 0.5.23's DeepseekV3 code must match no remaining rule
     from specctl.engines.sglang import capture as capture_module
 

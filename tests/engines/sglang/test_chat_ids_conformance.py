@@ -29,14 +29,18 @@ if sys.argv[2] == "1":
                          "{% if add_generation_prompt %} <|assistant|>{% endif %}")
 tok.save_pretrained(sys.argv[1])
 """
-REQUESTS = [[{"role": "user", "content": "hello there"}],
-            [{"role": "system", "content": "be brief"}, {"role": "user", "content": "hello"}]]
+REQUESTS = [
+    [{"role": "user", "content": "hello there"}],
+    [{"role": "system", "content": "be brief"}, {"role": "user", "content": "hello"}],
+]
 # <s>=1 <|user|>=2 <|assistant|>=3 <|system|>=4 hello=5 there=6 be=7 brief=8
 EXPECTED = [[1, 2, 5, 6, 3], [1, 4, 7, 8, 2, 5, 3]]
 
 
 def _tokenizer(python: str, where: Path, *, template: bool) -> Path:
-    subprocess.run([python, "-c", BUILD, str(where), "1" if template else "0"], check=True, capture_output=True, timeout=120)
+    subprocess.run(
+        [python, "-c", BUILD, str(where), "1" if template else "0"], check=True, capture_output=True, timeout=120
+    )
     return where
 
 

@@ -1,6 +1,6 @@
 """Drafter configs the engine would not read as their authors meant: formats and classes sglang
 cannot load as EAGLE-3 drafters, and ids that are not plain integers. The published configs come
-from ../shared/reference/eagle3-configs (byte-exact copies of public files); the conformance test
+from tests/data/reference/eagle3-configs (byte-exact copies of public files); the conformance test
 asks the real sglang 0.5.23 (its config loader and model registry) the same questions."""
 
 from __future__ import annotations
@@ -18,15 +18,18 @@ from specctl.engines.sglang.engine import _eagle3_since
 from tests.engines.sglang.conftest import Wheels, script
 
 SGLANG = get_engine("sglang")
-PUBLISHED = Path(__file__).resolve().parents[3].parent / "shared" / "reference" / "eagle3-configs"
-SPECULATORS = {"architectures": ["Eagle3Speculator"], "speculators_config": {"algorithm": "eagle3"},
-               "transformer_layer_config": {"hidden_size": 64}}
+PUBLISHED = Path(__file__).resolve().parents[2] / "data" / "reference" / "eagle3-configs"
+SPECULATORS = {
+    "architectures": ["Eagle3Speculator"],
+    "speculators_config": {"algorithm": "eagle3"},
+    "transformer_layer_config": {"hidden_size": 64},
+}
 
 
 def published() -> dict[str, dict[str, Any]]:
-    if not PUBLISHED.is_dir():
-        pytest.skip(f"{PUBLISHED} does not exist (shared/ is not beside the repository)")
-    return {p.name: json.loads(p.read_text()) for p in sorted(PUBLISHED.glob("*.json"))}
+    configs = {p.name: json.loads(p.read_text()) for p in sorted(PUBLISHED.glob("*.json"))}
+    assert len(configs) >= 9, f"the published configs are missing from {PUBLISHED}"
+    return configs
 
 
 def codes(version: str, config: dict[str, Any]) -> list[tuple[str, bool]]:
@@ -61,17 +64,29 @@ def test_other_algorithms_are_not_judged_by_eagle3_rules() -> None:
     assert SGLANG.drafter_problems("0.5.23", "EAGLE", SPECULATORS) == []
 
 
-@pytest.mark.parametrize(("ids", "read", "error"), [
-    ([True, 15, 28], [1, 15, 28], False),  # a bool is a number to sglang: true + 1 == 2
-    ([1.0, 15, 28], [1, 15, 28], True),  # a whole float: an int where code adds and compares, a TypeError where it indexes
-    ([1.5, 15, 28], None, True),  # no layer index equals it
-    (["1", 15, 28], None, True),  # "1" + 1: TypeError at start-up
-    ("1,15,28", None, True),
-    ([1, 15, 28], [1, 15, 28], None),  # plain integers: nothing to say
-])
-def test_ids_that_are_not_plain_integers_are_read_as_sglang_reads_them(ids: Any, read: list[int] | None, error: bool | None) -> None:
-    config = {"architectures": ["LlamaForCausalLMEagle3"], "model_type": "llama",
-              "eagle_config": {"eagle_aux_hidden_state_layer_ids": ids}}
+@pytest.mark.parametrize(
+    ("ids", "read", "error"),
+    [
+        ([True, 15, 28], [1, 15, 28], False),  # a bool is a number to sglang: true + 1 == 2
+        (
+            [1.0, 15, 28],
+            [1, 15, 28],
+            True,
+        ),  # a whole float: an int where code adds and compares, a TypeError where it indexes
+        ([1.5, 15, 28], None, True),  # no layer index equals it
+        (["1", 15, 28], None, True),  # "1" + 1: TypeError at start-up
+        ("1,15,28", None, True),
+        ([1, 15, 28], [1, 15, 28], None),  # plain integers: nothing to say
+    ],
+)
+def test_ids_that_are_not_plain_integers_are_read_as_sglang_reads_them(
+    ids: Any, read: list[int] | None, error: bool | None
+) -> None:
+    config = {
+        "architectures": ["LlamaForCausalLMEagle3"],
+        "model_type": "llama",
+        "eagle_config": {"eagle_aux_hidden_state_layer_ids": ids},
+    }
     assert SGLANG.drafter_ids(config) == read
     found = [(p.code, p.error) for p in SGLANG.drafter_problems("0.5.23", "EAGLE3", config)]
     assert found == ([] if error is None else [("drafter-ids-type", error)])
@@ -100,8 +115,14 @@ print(json.dumps(out))
 @pytest.mark.conformance
 def test_the_real_sglang_agrees(sglang_python: str) -> None:
     configs = {**published(), "speculators": SPECULATORS}
-    done = subprocess.run([sglang_python, "-c", ASK], input=json.dumps(configs), capture_output=True, text=True,
-                          timeout=300, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    done = subprocess.run(
+        [sglang_python, "-c", ASK],
+        input=json.dumps(configs),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "HF_HUB_OFFLINE": "1"},
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     answer = json.loads(done.stdout.strip().splitlines()[-1])
     assert answer["eagle3_classes"] == sorted(n for n, first in _eagle3_since().items())  # all registered by 0.5.23

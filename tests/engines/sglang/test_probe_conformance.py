@@ -8,7 +8,6 @@ CI=true a missing environment fails the run instead of skipping it.
 from __future__ import annotations
 
 import dataclasses
-import os
 import subprocess
 from collections.abc import Sequence
 from pathlib import Path
@@ -33,8 +32,20 @@ COVERED = {"probe-version", "probe-disagrees", "probe-parse", "probe-agrees"}
 
 def battery(n: int) -> list[list[int] | None]:
     """The issue's id lists: None, SpecForge defaults, -1 first, 0 first, the last layer; plus edge cases."""
-    return [None, [1, n // 2 - 1, n - 4], [-1, n // 2, n - 4], [0, n // 2, n - 4], [1, n // 2, n - 1], [n - 1], [n],
-            [2, n // 2, n - 3], [3, n // 2 + 1, n - 2], [n - 4, 1, n // 2], [1, 1, n // 2], [-2, 5]]
+    return [
+        None,
+        [1, n // 2 - 1, n - 4],
+        [-1, n // 2, n - 4],
+        [0, n // 2, n - 4],
+        [1, n // 2, n - 1],
+        [n - 1],
+        [n],
+        [2, n // 2, n - 3],
+        [3, n // 2 + 1, n - 2],
+        [n - 4, 1, n // 2],
+        [1, 1, n // 2],
+        [-2, 5],
+    ]
 
 
 def covered_architectures() -> list[str]:
@@ -45,7 +56,11 @@ def covered_architectures() -> list[str]:
 @pytest.fixture(scope="module")
 def answer(sglang_python: str) -> dict[str, Any]:
     """One probe run answering every architecture x layer count x id list (the imports happen once)."""
-    jobs = [{"architecture": a, "num_layers": n, "queries": battery(n)} for a in covered_architectures() for n in LAYER_COUNTS]
+    jobs = [
+        {"architecture": a, "num_layers": n, "queries": battery(n)}
+        for a in covered_architectures()
+        for n in LAYER_COUNTS
+    ]
     result = run_probe(sglang_python, str(get_engine("sglang").probe_script()), {"captures": jobs})
     assert "error" not in result, result.get("error")
     assert result["version"] == VERSION
@@ -71,15 +86,22 @@ def test_probe_agrees_with_the_table_everywhere(answer: dict[str, Any]) -> None:
 
 
 def test_kimi_truths(answer: dict[str, Any]) -> None:
-    """ids [2, 30, 58] capture positions [2, 30, 58] (outputs of 1, 29, 57); the overlay's [3, 31, 59] capture [3, 31, 59]."""
-    kimi = next(j for j in answer["captures"] if j["architecture"] == "KimiK25ForConditionalGeneration" and j["num_layers"] == 61)
+    """ids [2, 30, 58] capture positions [2, 30, 58] (outputs of 1, 29, 57); the overlay's
+    [3, 31, 59] capture [3, 31, 59]."""
+    kimi = next(
+        j
+        for j in answer["captures"]
+        if j["architecture"] == "KimiK25ForConditionalGeneration" and j["num_layers"] == 61
+    )
     by_ids = {tuple(r["ids"]) if r["ids"] is not None else None: r for r in kimi["results"]}
     assert by_ids[(2, 30, 58)]["requested"] == [2, 30, 58]
     assert by_ids[(3, 31, 59)]["requested"] == [3, 31, 59]
     assert by_ids[(1, 29, 57)]["requested"] == [2, 30, 58]  # the +1 applies only when the first id is 1
 
 
-def test_check_with_the_engine_names_the_kimi_mismatch_and_the_overlay_is_confirmed(sglang_python: str, hub_env: Path) -> None:
+def test_check_with_the_engine_names_the_kimi_mismatch_and_the_overlay_is_confirmed(
+    sglang_python: str, hub_env: Path
+) -> None:
     report = static.check(ROOT / "profiles" / "kimi-k2.5-tp8.yaml", offline=True, engine_python=sglang_python)
     codes = {f.code: f for f in report.findings}
     assert "probe-agrees" in codes and "probe-disagrees" not in codes
@@ -110,7 +132,9 @@ def test_every_rendered_command_parses_with_the_real_parser(sglang_python: str, 
     for profile in sorted((ROOT / "profiles").glob("*.yaml")):
         argvs += _argvs(profile)
     s = Scenario(tmp_path)  # a multi-node profile too
-    s.profile = merge(s.profile, {"parallel": {"tp": 8, "nnodes": 2}, "hardware": {"gpus_per_node": 4}, "hosts": ["n0", "n1"]})
+    s.profile = merge(
+        s.profile, {"parallel": {"tp": 8, "nnodes": 2}, "hardware": {"gpus_per_node": 4}, "hosts": ["n0", "n1"]}
+    )
     argvs += _argvs(s.write())
     answer = run_probe(sglang_python, str(engine.probe_script()), engine.probe_request(None, None, [], None, argvs))
     assert len(answer["parse"]) == len(argvs) >= 10
@@ -149,8 +173,19 @@ def test_bad_flags_are_rejected_by_catalog_and_real_parser(sglang_python: str, t
 
 def test_good_flags_pass_both(sglang_python: str, tmp_path: Path) -> None:
     s = Scenario(tmp_path)
-    s.profile = merge(s.profile, {"engine": {"args": {"cuda-graph-max-bs-decode": 8, "attention-backend": "flashinfer",
-                                                      "enable-metrics": True, "context-length": "128k"}}})
+    s.profile = merge(
+        s.profile,
+        {
+            "engine": {
+                "args": {
+                    "cuda-graph-max-bs-decode": 8,
+                    "attention-backend": "flashinfer",
+                    "enable-metrics": True,
+                    "context-length": "128k",
+                }
+            }
+        },
+    )
     report = static.check(s.write(), engine_python=sglang_python)
     codes = {f.code for f in report.findings}
     assert not {c for c in codes if c.startswith("flag-")} and "probe-parse" not in codes and "probe-agrees" in codes
@@ -165,12 +200,18 @@ def test_engine_version_mismatch_is_an_error(sglang_python: str, tmp_path: Path)
     assert "probe-version" not in {f.code for f in static.check(s.write(), engine_python=sglang_python).findings}
 
 
-def test_a_wrong_table_row_is_caught(answer: dict[str, Any], monkeypatch: pytest.MonkeyPatch, tmp_path: Path, sglang_python: str) -> None:
+def test_a_wrong_table_row_is_caught(
+    answer: dict[str, Any], monkeypatch: pytest.MonkeyPatch, tmp_path: Path, sglang_python: str
+) -> None:
     real = table.load_table()
 
     def tampered() -> table.ConventionTable:
-        rows = [dataclasses.replace(r, explicit="plus_one") if r.architecture == "DeepseekV3ForCausalLM" and r.explicit ==
-                "plus_one_if_first_is_one" else r for r in real.rows]
+        rows = [
+            dataclasses.replace(r, explicit="plus_one")
+            if r.architecture == "DeepseekV3ForCausalLM" and r.explicit == "plus_one_if_first_is_one"
+            else r
+            for r in real.rows
+        ]
         return table.ConventionTable(real.releases, rows)
 
     assert report_for(answer, "DeepseekV3ForCausalLM", 61).disagreements == ()
@@ -190,16 +231,19 @@ def test_a_wrong_table_row_is_caught(answer: dict[str, Any], monkeypatch: pytest
 def test_render_is_unchanged_by_probing_when_engine_and_table_agree(sglang_python: str, hub_env: Path) -> None:
     path = ROOT / "profiles" / "kimi-k2.5-tp8.yaml"
     assert render_json(static.plan(static.check(path, offline=True))) == render_json(
-        static.plan(static.check(path, offline=True, engine_python=sglang_python)))
+        static.plan(static.check(path, offline=True, engine_python=sglang_python))
+    )
 
 
 def test_the_real_packer_fails_when_a_slot_stays_empty(sglang_python: str) -> None:
     """Executed, not read: sglang 0.5.23's own AuxHiddenStatePacker, sized for three requested
     positions and given two captures (what a position matching no layer, or a duplicate, leaves),
     raises at finalize(); the table's packer rows say the same for the seed's ids."""
-    script = ("import torch\nfrom sglang.srt.layers.aux_hidden_states import AuxHiddenStatePacker as P\n"
-              "p = P(3)\nfor _ in range(2):\n    p.capture(torch.zeros(4, 8))\ntry:\n    p.finalize()\n"
-              "except Exception as exc:\n    print(type(exc).__name__, exc)\nelse:\n    print('filled')\n")
+    script = (
+        "import torch\nfrom sglang.srt.layers.aux_hidden_states import AuxHiddenStatePacker as P\n"
+        "p = P(3)\nfor _ in range(2):\n    p.capture(torch.zeros(4, 8))\ntry:\n    p.finalize()\n"
+        "except Exception as exc:\n    print(type(exc).__name__, exc)\nelse:\n    print('filled')\n"
+    )
     done = subprocess.run([sglang_python, "-c", script], capture_output=True, text=True, timeout=120)
     assert done.stdout.strip() == "RuntimeError captured 2 of 3 aux hidden states", done.stderr[-500:]
     rule = table.load_table().rule_for(VERSION, "KimiK25ForConditionalGeneration")
