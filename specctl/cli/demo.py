@@ -14,7 +14,7 @@ if TYPE_CHECKING:
     from rich.console import RenderableType
 
     from specctl.cli._output import Output
-    from specctl.flows.demo import DemoResult, Step
+    from specctl.flows.demo import DemoResult, DemoStep
 
 
 def register(app: typer.Typer) -> None:
@@ -53,7 +53,7 @@ def demo(
         )
         status.start()
 
-    def shown(step: Step) -> None:
+    def shown(step: DemoStep) -> None:
         if output.json_mode:
             return
         status.stop()
@@ -85,7 +85,7 @@ def demo(
         )
 
 
-def _show(output: Output, step: Step) -> None:
+def _show(output: Output, step: DemoStep) -> None:
     """One step: the command it stands for, then what that command would print."""
     from rich.text import Text
 
@@ -93,7 +93,7 @@ def _show(output: Output, step: Step) -> None:
     output.out.print(_view(step, output.out.width))
 
 
-def _view(step: Step, width: int) -> RenderableType:
+def _view(step: DemoStep, width: int) -> RenderableType:
     from datetime import UTC, datetime
 
     from rich.text import Text

@@ -17,8 +17,8 @@ from specctl.flows.recorder import recording
 from specctl.flows.release_files import profile_workload, release_contents
 from specctl.flows.report import profile_fields
 from specctl.flows.session import Context, HostSession
-from specctl.flows.stages import Stage, Walk
 from specctl.flows.static import CheckReport, plan
+from specctl.flows.steps import Step, Walk
 from specctl.hosts.inventory import HostSpec
 from specctl.profile.profile import Profile
 from specctl.release.documents import read_release
@@ -109,7 +109,7 @@ def baseline(ctx: Context, report: CheckReport, host: HostSpec) -> tuple[str, Ba
                 )
                 ctx.cancel.check()
 
-            walk.run([*change.stages(), Stage("measure", measure_stage)])
+            walk.run([*change.steps(), Step("measure", measure_stage)])
             walk.unwind()  # give the host back: the baseline stops, the profile's current starts again
             if walk.undo_errors:  # measured, but the host was not given back: say so, never report success
                 raise HostError(

@@ -25,7 +25,7 @@ from specctl.engines import get_engine
 from specctl.errors import HostError
 from specctl.facts import host as host_facts
 from specctl.flows.session import HostSession
-from specctl.flows.stages import Stage, Undo
+from specctl.flows.steps import Step, Undo
 from specctl.release import release as rel
 from specctl.release import staging
 from specctl.release.readiness import wait_ready
@@ -61,15 +61,15 @@ class Change:
     handle: int | None = None  # the started server's process group, or job id
     startup_s: float | None = None
 
-    def stages(self) -> list[Stage]:
+    def steps(self) -> list[Step]:
         return [
-            Stage("preflight", lambda: preflight(self)),
-            *([Stage("stage", lambda: stage(self))] if self.checkpoints else []),
-            Stage("materialise", lambda: materialise(self)),
-            Stage("stop-previous", lambda: stop_previous(self)),
-            Stage("start", lambda: start(self)),
-            Stage("ready", lambda: ready(self)),
-            Stage("switch", lambda: switch(self)),
+            Step("preflight", lambda: preflight(self)),
+            *([Step("stage", lambda: stage(self))] if self.checkpoints else []),
+            Step("materialise", lambda: materialise(self)),
+            Step("stop-previous", lambda: stop_previous(self)),
+            Step("start", lambda: start(self)),
+            Step("ready", lambda: ready(self)),
+            Step("switch", lambda: switch(self)),
         ]
 
 
@@ -95,7 +95,7 @@ def preflight(c: Change) -> None:
     t = s.transport
     s.progress("preflight")
     look, facts = (
-        s.target.survey_command(s.base),
+        s.platform.survey_command(s.base),
         host_facts.command(python=c.python, root=s.root, port=c.port, distribution=c.distribution),
     )
     looked, found = t.run_all([look, facts], timeout_s=90, retry=True)  # both are safe to run twice
@@ -111,7 +111,7 @@ def preflight(c: Change) -> None:
                 host=s.name,
                 fix="nothing was stopped; choose another release (specctl runs) or deploy the profile again",
             )
-    if s.target.on_host and c.facts.port_free is False and not seen.servers:
+    if s.platform.on_host and c.facts.port_free is False and not seen.servers:
         raise HostError(
             f"{s.name}: port {c.port} is in use by something other than {s.profile}",
             host=s.name,
@@ -163,7 +163,7 @@ def stop_previous(c: Change) -> Undo | None:
     """Stop every server of the profile; the undo starts `current` again if it was running. A
     rolling target stops only strays: neither `current`'s server nor the release's own."""
     s = c.session
-    if s.target.rolling:
+    if s.platform.rolling:
         if c.release.profile != s.profile:  # a baseline beside a deploy that is still verifying: nothing is a stray
             return None
         keep = {c.previous, c.release.run_id} & set(c.running)
@@ -171,11 +171,11 @@ def stop_previous(c: Change) -> Undo | None:
         if strays:
             s.progress(f"stopping {len(strays)} server(s) no release is current for")
             for run_id in strays:
-                s.target.stop(s.release(run_id))
+                s.platform.stop(s.release(run_id))
         return None
     s.progress("stopping the running server")
     for profile in c.clear or (s.profile,):
-        stopped = s.target.stop_running(s.root, profile)
+        stopped = s.platform.stop_running(s.root, profile)
         if profile == s.profile:
             c.stopped = stopped
     previous = c.previous
@@ -190,12 +190,12 @@ def restore(s: HostSession, run_id: str) -> None:
     release = s.release(run_id)
     s.progress(f"restoring {run_id}")
     budget = rel.startup_budget(release, STARTUP_BUDGET_S)
-    handle = s.target.start(release, confirm_within_s=budget + CONFIRM_MARGIN_S, env=s.ctx.secrets_env)
+    handle = s.platform.start(release, confirm_within_s=budget + CONFIRM_MARGIN_S, env=s.ctx.secrets_env)
     if s.ctx.cancel.cancelled:
         return
     docs = s.docs(run_id)
     wait_ready(
-        s.target,
+        s.platform,
         release,
         docs.port,
         get_engine(docs.profile.engine.name).startup_stages(),
@@ -209,11 +209,11 @@ def start(c: Change) -> Undo | None:
     """Start the new server (detached, its own process group, or a job); the undo stops it. On a
     rolling target a release whose server still runs is taken as it is."""
     s = c.session
-    if s.target.rolling and c.release.run_id in c.running:
+    if s.platform.rolling and c.release.run_id in c.running:
         s.progress(f"{c.release.run_id} is still running")
         c.handle = c.running[c.release.run_id]
         return None
-    if s.target.on_host and c.facts is not None and c.facts.port_free is False:  # ours held it: it must be free now
+    if s.platform.on_host and c.facts is not None and c.facts.port_free is False:  # ours held it: it must be free now
         again = host_facts.gather(s.transport, python=c.python, root=s.root, port=c.port, distribution=c.distribution)
         if again.port_free is False:
             raise HostError(
@@ -221,15 +221,15 @@ def start(c: Change) -> Undo | None:
                 host=s.name,
                 fix="free the port, or set engine.port to another one",
             )
-    s.progress("starting" if s.target.on_host else "submitting")
-    c.handle = s.target.start(c.release, confirm_within_s=c.budget_s + CONFIRM_MARGIN_S, env=s.ctx.secrets_env)
+    s.progress("starting" if s.platform.on_host else "submitting")
+    c.handle = s.platform.start(c.release, confirm_within_s=c.budget_s + CONFIRM_MARGIN_S, env=s.ctx.secrets_env)
     release = c.release
     return lambda: _stop(s, release)
 
 
 def _stop(s: HostSession, release: rel.Release) -> None:
     s.progress(f"stopping {release.run_id}")
-    s.target.stop(release)
+    s.platform.stop(release)
 
 
 def ready(c: Change) -> None:
@@ -244,7 +244,7 @@ def ready(c: Change) -> None:
         return
     try:
         c.startup_s = wait_ready(
-            s.target,
+            s.platform,
             c.release,
             c.port,
             c.startup_stages,
@@ -274,7 +274,7 @@ def switch(c: Change) -> Undo | None:
 
 def retire(s: HostSession, keep: str) -> list[str]:
     """A rolling target, once `keep` is current and good: cancel the profile's other servers."""
-    if not s.target.rolling:
+    if not s.platform.rolling:
         return []
     s.progress("stopping the servers of the releases before")
-    return s.target.stop_running(s.root, s.profile, keep=keep)
+    return s.platform.stop_running(s.root, s.profile, keep=keep)

@@ -111,7 +111,7 @@ def _python() -> str:
 
 
 @dataclass(frozen=True)
-class Step:
+class DemoStep:
     """One step of the demo: the command line that does the same, and what it returned, as data
     (what that command prints under --json)."""
 
@@ -128,7 +128,7 @@ class DemoResult:
     ledger: str
     inventory: str
     profiles: dict[str, str]
-    steps: list[Step] = field(default_factory=list)
+    steps: list[DemoStep] = field(default_factory=list)
     summary: dict[str, dict[str, Any]] = field(default_factory=dict)  # v1, baseline, v2: the headline numbers
     next_commands: list[str] = field(default_factory=list)
 
@@ -138,7 +138,7 @@ class DemoResult:
         first, wrong = self.summary.get("v1", {}), self.summary.get("v2", {})
         return bool(first.get("passed")) and wrong.get("passed") is False and bool(wrong.get("rolled_back_to"))
 
-    def step(self, name: str) -> Step:
+    def step(self, name: str) -> DemoStep:
         return next(s for s in self.steps if s.name == name)
 
     def to_dict(self) -> dict[str, Any]:
@@ -200,7 +200,7 @@ def run_demo(
     port: int = 31000,
     requests: int = 24,
     cancel: CancelToken = NEVER,
-    on_step: Callable[[Step], None] = lambda step: None,
+    on_step: Callable[[DemoStep], None] = lambda step: None,
     progress: Callable[[str, str], None] = lambda host, stage: None,
 ) -> DemoResult:
     """Check, deploy, baseline, deploy the broken version, read the ledger, check again, stop."""
@@ -223,7 +223,7 @@ def run_demo(
     ctx = Context(Ledger(ledger_file), "specctl demo", budget_s=STARTUP_BUDGET_S, cancel=cancel, on_progress=progress)
 
     def step(name: str, command: str, data: dict[str, Any]) -> None:
-        done = Step(name, command, data)
+        done = DemoStep(name, command, data)
         result.steps.append(done)
         on_step(done)
 

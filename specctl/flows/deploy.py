@@ -29,8 +29,8 @@ from specctl.flows.release_files import release_contents
 from specctl.flows.report import HostReport, profile_fields
 from specctl.flows.rollback import rollback
 from specctl.flows.session import Context, HostSession, error_text
-from specctl.flows.stages import Walk
 from specctl.flows.static import CheckReport, plan
+from specctl.flows.steps import Walk
 from specctl.flows.verify import verify_and_record
 from specctl.hosts.group import run_group
 from specctl.hosts.inventory import HostSpec
@@ -119,7 +119,7 @@ class Deploy:
         try:
             session.hold(self.rec.run_id)  # released with the run's copy (deploy's keep_all)
             change = self.change(rank, session)
-            walk.run(change.stages())
+            walk.run(change.steps())
         except BaseException as exc:  # noqa: BLE001 - undone by the walk; every host must reach settle()
             failure = exc
             if self.stage_gate is not None:

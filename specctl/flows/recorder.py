@@ -11,7 +11,7 @@ from typing import Any
 
 from specctl.errors import HostError
 from specctl.flows.session import Context, HostSession, error_text
-from specctl.flows.stages import Events
+from specctl.flows.steps import Events
 from specctl.ledger.ledger import Outcome
 from specctl.release import release as rel
 

@@ -15,8 +15,8 @@ from specctl.flows.change import Change, retire
 from specctl.flows.recorder import recording
 from specctl.flows.report import HostReport
 from specctl.flows.session import Context
-from specctl.flows.stages import Walk
 from specctl.flows.static import CheckReport
+from specctl.flows.steps import Walk
 from specctl.flows.verify import verify_and_record
 from specctl.hosts.inventory import HostSpec
 from specctl.hosts.transport import Transport
@@ -144,7 +144,7 @@ def rollback(
                 startup_stages=engine.startup_stages(),
                 budget_s=rel.startup_budget(release, STARTUP_BUDGET_S),
             )
-            Walk(rec.events(host.name), before=ctx.cancel.check).run(change.stages())
+            Walk(rec.events(host.name), before=ctx.cancel.check).run(change.steps())
             try:
                 retire(session, target.run_id)  # a cluster's job that replaced it stops now that it is current again
             except HostError as exc:

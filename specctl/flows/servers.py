@@ -25,7 +25,7 @@ from specctl.plan.sbatch import sbatch_options
 from specctl.profile.profile import is_local_path
 from specctl.release import lock, staging
 from specctl.release import release as rel
-from specctl.release.target import server_url, target_of
+from specctl.release.platform import platform_of, server_url
 from specctl.verdict.client import EngineClient
 
 
@@ -81,14 +81,14 @@ def status(reach: Reach, profile: str, port: int, hosts: Sequence[HostSpec]) -> 
     def one(host: HostSpec) -> HostStatus:
         t, root = reach.open(host)
         base = f"{root}/{profile}"
-        target = target_of(host, t)
+        platform = platform_of(host, t)
         found = HostStatus(host.name, rel.linked(t, root, profile))
-        for server in target.servers(base):
+        for server in platform.servers(base):
             deadline = _confirm_by(t, rel.Release(t, root, profile, server.release))
             found.servers.append(
                 {
                     "release": server.release,
-                    "process_group" if target.on_host else "job": server.handle,
+                    "process_group" if platform.on_host else "job": server.handle,
                     **({"job_state": server.note} if server.note else {}),
                     "current": server.release == found.current,
                     "confirm_by": None if server.release == found.current else deadline,
@@ -98,7 +98,7 @@ def status(reach: Reach, profile: str, port: int, hosts: Sequence[HostSpec]) -> 
         if found.running and found.current:
             release = rel.Release(t, root, profile, found.current)
             serving = rel.port(release) or port
-            found.healthy = EngineClient(server_url(target, release, serving), timeout_s=10).healthy(timeout_s=10)
+            found.healthy = EngineClient(server_url(platform, release, serving), timeout_s=10).healthy(timeout_s=10)
         held = lock.read(t, base)
         found.locked_by = lock.describe(held) if held else None
         return found
@@ -127,7 +127,7 @@ def stop(reach: Reach, profile: str, hosts: Sequence[HostSpec], *, command: str)
         base = f"{root}/{profile}"
         lock.acquire(t, base, owner)
         try:
-            return target_of(host, t).stop_running(root, profile)
+            return platform_of(host, t).stop_running(root, profile)
         finally:
             lock.release(t, base)
 

@@ -19,7 +19,7 @@ from specctl.ledger.ledger import Ledger
 from specctl.release import lock
 from specctl.release import release as rel
 from specctl.release.documents import ReleaseDocs, read_release
-from specctl.release.target import Target, server_url, target_of
+from specctl.release.platform import Platform, platform_of, server_url
 
 
 @dataclass
@@ -59,7 +59,7 @@ class HostSession:
     spec: HostSpec
     profile: str
     _transport: Transport | None = None
-    _target: Target | None = None
+    _platform: Platform | None = None
     _root: str | None = None
     _lock_depth: int = 0
     _docs: dict[str, ReleaseDocs] = field(default_factory=dict)
@@ -77,15 +77,15 @@ class HostSession:
         return self._transport
 
     @property
-    def target(self) -> Target:
+    def platform(self) -> Platform:
         """What runs the profile's servers here: processes on the host, or a cluster's scheduler."""
-        if self._target is None:
-            self._target = target_of(self.spec, self.transport)
-        return self._target
+        if self._platform is None:
+            self._platform = platform_of(self.spec, self.transport)
+        return self._platform
 
     def server_url(self, release: rel.Release, port: int) -> str:
         """The base URL of the release's server, as this machine reaches it."""
-        return server_url(self.target, release, port)
+        return server_url(self.platform, release, port)
 
     @property
     def root(self) -> str:

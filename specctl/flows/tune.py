@@ -36,8 +36,8 @@ from specctl.flows.recorder import Recorder, recording
 from specctl.flows.release_files import release_contents
 from specctl.flows.report import HostReport, profile_fields
 from specctl.flows.session import Context, HostSession, error_text
-from specctl.flows.stages import Events, Walk
 from specctl.flows.static import CheckReport, plan, rechecked
+from specctl.flows.steps import Events, Walk
 from specctl.hosts.inventory import HostSpec
 from specctl.plan.candidates import Candidate, Dropped, candidate_profile, grid, heat_map
 from specctl.profile.document import content_sha256
@@ -219,7 +219,7 @@ class Search:
         )
         session.progress(f"candidate {index + 1}/{self.elimination.candidates}: {candidate.key}")
         try:
-            Walk(self._events(candidate), before=self.ctx.cancel.check).run(change.stages())
+            Walk(self._events(candidate), before=self.ctx.cancel.check).run(change.steps())
             _mark_candidate(release, self.rec.run_id)
             m = self._measure(release)
         except (Cancelled, KeyboardInterrupt):
@@ -293,7 +293,7 @@ class Search:
         return measured
 
     def _events(self, candidate: Candidate) -> Events:
-        """Stage boundaries in the ledger, each named with its candidate."""
+        """Step boundaries in the ledger, each named with its candidate."""
         emit = self.rec.events(self.session.name)
         return lambda stage, event, detail: emit(f"{stage} [{candidate.key}]", event, detail)
 
@@ -374,7 +374,7 @@ def give_back(ctx: Context, session: HostSession, original: str | None, events: 
         budget_s=rel.startup_budget(release, STARTUP_BUDGET_S),
     )
     session.progress(f"giving the host back to {original}")
-    Walk(lambda stage, event, detail: events(f"{stage} [give back]", event, detail)).run(change.stages())
+    Walk(lambda stage, event, detail: events(f"{stage} [give back]", event, detail)).run(change.steps())
 
 
 def tune(

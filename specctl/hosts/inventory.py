@@ -89,9 +89,9 @@ def resolve_hosts(names: Sequence[str], inventory: Path | None) -> list[HostSpec
 
 def _ssh(entry: Host) -> tuple[str | None, dict[str, object]]:
     """(ssh_config alias, connection overrides) of an inventory host."""
-    from specctl.profile.inventory import SshTarget
+    from specctl.profile.inventory import SshDestination
 
-    if isinstance(entry.ssh, SshTarget):
+    if isinstance(entry.ssh, SshDestination):
         return None, {k: v for k, v in entry.ssh.model_dump().items() if v is not None}
     return (entry.ssh, {}) if isinstance(entry.ssh, str) else (None, {})
 

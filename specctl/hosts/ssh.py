@@ -47,7 +47,7 @@ _ENV_WRAPPER = (
 
 
 @dataclass(frozen=True)
-class SshTarget:
+class SshDestination:
     """Where and how to connect, after the ssh_config and the inventory's explicit fields are applied.
 
     `jumps` are the ProxyJump hosts in the order they are reached: the first one by its own route
@@ -64,9 +64,9 @@ class SshTarget:
     known_hosts: tuple[str, ...] = ()
     proxy_command: str | None = None  # with %h, %p and friends already expanded
     connect_timeout_s: float | None = None  # ConnectTimeout; None: SshOptions.connect_timeout_s
-    jumps: tuple[SshTarget, ...] = ()
+    jumps: tuple[SshDestination, ...] = ()
 
-    def route(self) -> tuple[SshTarget, ...]:
+    def route(self) -> tuple[SshDestination, ...]:
         """Every host an SSH connection is opened to on the way here, this one last."""
         if not self.jumps:
             return (self,)
@@ -83,7 +83,7 @@ class SshOptions:
     extra: Mapping[str, Any] = field(default_factory=dict)
 
 
-def resolve(alias: str, options: SshOptions, overrides: Mapping[str, Any] | None = None) -> SshTarget:
+def resolve(alias: str, options: SshOptions, overrides: Mapping[str, Any] | None = None) -> SshDestination:
     """Apply the ssh_config to an alias (or a hostname, or `user@host:port`), then the inventory's
     explicit fields (hostname, user, port, identity_file, proxy_jump); ProxyJump hops are resolved
     from the same ssh_config."""
@@ -108,7 +108,7 @@ def _none(value: str | None) -> str | None:
     return None if value is None or value.strip().lower() == "none" else value.strip()
 
 
-def _resolve(spec: str, config: Any, o: Mapping[str, Any], *, own_route: bool, seen: tuple[str, ...]) -> SshTarget:
+def _resolve(spec: str, config: Any, o: Mapping[str, Any], *, own_route: bool, seen: tuple[str, ...]) -> SshDestination:
     """One host: fabric looks it up (the shorthand's user and port win over the ssh_config, as in
     `ssh -J`), the overrides win over both. A jump host other than the first has no route of its own."""
     try:
@@ -120,7 +120,7 @@ def _resolve(spec: str, config: Any, o: Mapping[str, Any], *, own_route: bool, s
     #                                            leak one host's IdentityFile into the next sharing its Config
     hostname = str(o.get("hostname") or conn.host)
     jump = _none(o.get("proxy_jump") or entry.get("proxyjump")) if own_route else None
-    jumps: tuple[SshTarget, ...] = ()
+    jumps: tuple[SshDestination, ...] = ()
     if jump:
         hops = [h.strip().removeprefix("ssh://") for h in jump.split(",") if h.strip()]
         first = fabric.connection.derive_shorthand(hops[0])["host"]
@@ -138,7 +138,7 @@ def _resolve(spec: str, config: Any, o: Mapping[str, Any], *, own_route: bool, s
             )
     identity = [o["identity_file"]] if o.get("identity_file") else entry.get("identityfile", [])
     known = str(entry.get("userknownhostsfile", "~/.ssh/known_hosts")).split()
-    return SshTarget(
+    return SshDestination(
         alias=spec,
         hostname=hostname,
         port=int(o.get("port") or conn.port),
@@ -172,7 +172,7 @@ class _KnownHostsPolicy(paramiko.MissingHostKeyPolicy):  # type: ignore[misc]
         jump: the jump host's name, or None when `hop` is the target.
     """
 
-    def __init__(self, alias: str, hop: SshTarget, accept_new: bool, jump: str | None = None) -> None:
+    def __init__(self, alias: str, hop: SshDestination, accept_new: bool, jump: str | None = None) -> None:
         self.alias = alias
         self.hop = hop
         self.accept_new = accept_new
@@ -228,7 +228,7 @@ class _Unreachable(Exception):
 class SshRunner:
     """Runs argv on one host over a lazily opened, reused connection (through its jump hosts)."""
 
-    def __init__(self, target: SshTarget, options: SshOptions) -> None:
+    def __init__(self, target: SshDestination, options: SshOptions) -> None:
         self.target = target
         self.options = options
         self._route = target.route()
@@ -498,7 +498,7 @@ def _dies(transport: paramiko.Transport, within_s: float = 2.0) -> bool:
     return True
 
 
-def ssh_transport(name: str, target: SshTarget, options: SshOptions, *, address: str | None = None) -> Transport:
+def ssh_transport(name: str, target: SshDestination, options: SshOptions, *, address: str | None = None) -> Transport:
     """A Transport over SSH; its servers are reached at `address`, by default the SSH hostname."""
     runner = SshRunner(target, options)
     return Transport(name, address or target.hostname, runner, forward=runner.forward)

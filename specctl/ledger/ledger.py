@@ -130,7 +130,7 @@ class HostRecord:
 
 
 @dataclass(frozen=True)
-class StageEvent:
+class StepEvent:
     """One stage boundary of a run on one host: `event` is one of EVENTS, `detail` free text or JSON."""
 
     host: str
@@ -167,7 +167,7 @@ class Run:
     host_records: tuple[HostRecord, ...] = ()
     # None when not read: `get` reads them; listings skip them (two per stage and host: 50 deploys
     # of 100 hosts are 80,000 rows, about 60 times the cost of the listing itself)
-    events: tuple[StageEvent, ...] | None = None
+    events: tuple[StepEvent, ...] | None = None
 
     @property
     def passed(self) -> bool | None:
@@ -524,12 +524,12 @@ class Ledger:
         run = self._run(exact[0] if exact else rows[0])
         return replace(run, events=tuple(self.events(run.id)))
 
-    def events(self, run_id: str) -> list[StageEvent]:
+    def events(self, run_id: str) -> list[StepEvent]:
         """The stage boundaries of a run (exact id), in the order they were recorded."""
         rows = self._query(
             "SELECT host, stage, event, at, detail FROM run_events WHERE run_id = ? ORDER BY seq", (run_id,)
         )
-        return [StageEvent(r["host"], r["stage"], r["event"], r["at"], r["detail"]) for r in rows]
+        return [StepEvent(r["host"], r["stage"], r["event"], r["at"], r["detail"]) for r in rows]
 
     def runs(
         self, *, profile: str | None = None, host: str | None = None, kind: str | None = None, limit: int | None = None

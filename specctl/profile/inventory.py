@@ -30,7 +30,7 @@ def state_directory(root: str) -> str:
     return root
 
 
-class SshTarget(StrictModel):
+class SshDestination(StrictModel):
     hostname: str
     user: str | None = None
     port: Annotated[int | None, Field(ge=1, le=65535)] = None
@@ -39,9 +39,9 @@ class SshTarget(StrictModel):
 
 
 class Host(StrictModel):
-    ssh: Annotated[str | SshTarget | None, Field(description="an alias from ~/.ssh/config, or connection details")] = (
-        None
-    )
+    ssh: Annotated[
+        str | SshDestination | None, Field(description="an alias from ~/.ssh/config, or connection details")
+    ] = None
     root: Annotated[str, Field(description="remote state directory")] = "~/.specctl"
     address: Annotated[
         str | None, Field(description="where its servers are reached over HTTP (default: the SSH hostname)")

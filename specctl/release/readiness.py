@@ -12,8 +12,8 @@ from collections.abc import Callable, Sequence
 
 from specctl.cancel import NEVER, CancelToken
 from specctl.errors import ConnectionLost, HostError
+from specctl.release.platform import Platform
 from specctl.release.release import Release
-from specctl.release.target import Target
 from specctl.verdict.client import EngineClient
 
 
@@ -35,7 +35,7 @@ def stage_of(lines: Sequence[str], stages: Sequence[tuple[str, str]]) -> str:
 
 
 def wait_ready(
-    target: Target,
+    platform: Platform,
     release: Release,
     port: int,
     stages: Sequence[tuple[str, str]],
@@ -56,17 +56,17 @@ def wait_ready(
     waiting: str | None = None
     pause = look_pause = min(0.05, poll_s)
     next_look = start
-    address: str | None = t.address if target.on_host else None  # a job's is known once it is placed
+    address: str | None = t.address if platform.on_host else None  # a job's is known once it is placed
     while True:
         if address is not None:
-            host, reached = target.endpoint(address, port)
+            host, reached = platform.endpoint(address, port)
             client = EngineClient(f"http://{host}:{reached}", timeout_s=30, cancel=cancel)
             if client.healthy(timeout_s=min(30.0, max(1.0, budget_s - (time.monotonic() - start)))):
                 on_progress("ready")
                 return time.monotonic() - start
         if time.monotonic() >= next_look:
             try:
-                seen = target.observe(release, handle)
+                seen = platform.observe(release, handle)
                 alive, lines, waiting, ended = seen.alive, seen.lines, seen.waiting, seen.ended
                 address = seen.address or address
             except ConnectionLost:
@@ -80,7 +80,7 @@ def wait_ready(
                     fix="read the server log lines shown with this error; `specctl logs` shows the whole log",
                 )
             next_look = time.monotonic() + look_pause
-            look_pause = min(look_pause * 2, max(poll_s, target.poll_s))
+            look_pause = min(look_pause * 2, max(poll_s, platform.poll_s))
         if time.monotonic() - start > budget_s:
             raise StartupFailed(
                 f"{t.name}: no generation within the {budget_s:.0f} s start-up budget"

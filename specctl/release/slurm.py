@@ -19,9 +19,9 @@ from specctl.hosts.transport import Completed, Transport
 from specctl.plan.sbatch import FACTS_FILE, HEAD_FILE, JOB_FILE, job_name
 from specctl.profile.inventory import SlurmCluster
 from specctl.release import release as rel
-from specctl.release.target import Observation
+from specctl.release.platform import Observation
 
-__all__ = ["SlurmTarget"]
+__all__ = ["SlurmPlatform"]
 
 # A Slurm command's behaviour follows the caller's SBATCH_* and SQUEUE_* variables, which override
 # #SBATCH lines and change squeue's output: the login shell's own settings must not reach them.
@@ -149,7 +149,7 @@ SHARED_STORAGE_SLACK_S = 120
 POLL_S = 2.0  # between squeue polls while a job starts: a controller serves many clients
 
 
-class SlurmTarget:
+class SlurmPlatform:
     """The servers of a cluster entry: jobs submitted, watched and cancelled through its login node."""
 
     kind = "slurm"

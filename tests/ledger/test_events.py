@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from specctl.ledger.ledger import EVENTS, MIGRATIONS, SCHEMA_VERSION, Ledger, StageEvent
+from specctl.ledger.ledger import EVENTS, MIGRATIONS, SCHEMA_VERSION, Ledger, StepEvent
 
 
 def test_events_are_numbered_per_run_and_read_back_in_order(tmp_path: Path) -> None:
@@ -51,7 +51,7 @@ def test_get_carries_the_events_and_listings_skip_them(tmp_path: Path) -> None:
     whole = book.get("r")
     assert whole.events is not None
     (event,) = whole.events
-    assert event == StageEvent("h", "switch", "began", event.at, "current -> r")
+    assert event == StepEvent("h", "switch", "began", event.at, "current -> r")
     assert whole.to_dict()["events"] == [
         {"host": "h", "stage": "switch", "event": "began", "at": event.at, "detail": "current -> r"}
     ]

@@ -14,10 +14,10 @@ from specctl.errors import HostError
 from specctl.hosts.local import local_transport
 from specctl.profile.inventory import SlurmCluster
 from specctl.release.release import Release
-from specctl.release.slurm import SlurmTarget
+from specctl.release.slurm import SlurmPlatform
 
 
-def target(tmp_path: Path, **tools: str) -> tuple[SlurmTarget, Release]:
+def target(tmp_path: Path, **tools: str) -> tuple[SlurmPlatform, Release]:
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir(parents=True, exist_ok=True)
     for name, body in tools.items():
@@ -28,7 +28,7 @@ def target(tmp_path: Path, **tools: str) -> tuple[SlurmTarget, Release]:
     )
     release = Release(local_transport("lab"), str(tmp_path), "p", "r1")
     Path(release.dir).mkdir(parents=True)
-    return SlurmTarget(local_transport("lab"), cluster), release
+    return SlurmPlatform(local_transport("lab"), cluster), release
 
 
 def test_a_controller_that_does_not_answer_is_an_error_never_no_jobs(tmp_path: Path) -> None:

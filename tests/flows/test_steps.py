@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from specctl.cancel import Cancelled
-from specctl.flows.stages import Stage, Walk
+from specctl.flows.steps import Step, Walk
 
 
 def recorder() -> tuple[list[tuple[str, str, Any]], Any]:
@@ -24,11 +24,11 @@ def test_a_failing_stage_undoes_the_stages_done_newest_first() -> None:
         raise ValueError("boom")
 
     stages = [
-        Stage("a", lambda: (log.append("a"), lambda: log.append("undo a"))[1]),
-        Stage("b", lambda: None),  # nothing to undo
-        Stage("c", lambda: (log.append("c"), lambda: log.append("undo c"))[1]),
-        Stage("d", fail),
-        Stage("e", lambda: log.append("never") or None),
+        Step("a", lambda: (log.append("a"), lambda: log.append("undo a"))[1]),
+        Step("b", lambda: None),  # nothing to undo
+        Step("c", lambda: (log.append("c"), lambda: log.append("undo c"))[1]),
+        Step("d", fail),
+        Step("e", lambda: log.append("never") or None),
     ]
     with pytest.raises(ValueError, match="boom"):
         Walk(events).run(stages)
@@ -58,7 +58,7 @@ def test_a_failed_undo_is_attached_to_the_cause_and_the_others_still_run() -> No
 
     walk = Walk(recorder()[1])
     with pytest.raises(RuntimeError, match="start-up failed") as caught:
-        walk.run([Stage("a", lambda: lambda: log.append("undo a")), Stage("b", lambda: broken_undo), Stage("c", fail)])
+        walk.run([Step("a", lambda: lambda: log.append("undo a")), Step("b", lambda: broken_undo), Step("c", fail)])
     assert log == ["undo a"]
     assert caught.value.__notes__ == ["undoing b failed: host gone"]
     assert walk.undo_errors == ["undoing b failed: host gone"]
@@ -78,7 +78,7 @@ def test_cancel_is_checked_before_each_stage_and_undoes_too() -> None:
 
     with pytest.raises(Cancelled):
         Walk(recorder()[1], before=check).run(
-            [Stage("first", first), Stage("second", lambda: log.append("second") or None)]
+            [Step("first", first), Step("second", lambda: log.append("second") or None)]
         )
     assert log == ["undo first"]
 
@@ -86,7 +86,7 @@ def test_cancel_is_checked_before_each_stage_and_undoes_too() -> None:
 def test_a_finished_walk_can_be_taken_back() -> None:
     log: list[str] = []
     walk = Walk(recorder()[1])
-    walk.run([Stage("a", lambda: lambda: log.append("undo a")), Stage("b", lambda: lambda: log.append("undo b"))])
+    walk.run([Step("a", lambda: lambda: log.append("undo a")), Step("b", lambda: lambda: log.append("undo b"))])
     walk.unwind()
     walk.unwind()  # nothing left: a second call does nothing
     assert log == ["undo b", "undo a"]
@@ -102,8 +102,8 @@ def test_a_recording_failure_after_a_stage_undoes_that_stage_too() -> None:
     with pytest.raises(OSError, match="disk is full"):
         Walk(events).run(
             [
-                Stage("start", lambda: lambda: log.append("stop new")),
-                Stage("switch", lambda: lambda: log.append("switch back")),
+                Step("start", lambda: lambda: log.append("stop new")),
+                Step("switch", lambda: lambda: log.append("switch back")),
             ]
         )
     assert log == ["switch back", "stop new"]

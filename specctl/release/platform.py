@@ -1,6 +1,6 @@
 """Where a release's server runs: a process group on the host itself (SSH or local), or a job that a
 scheduler places (Slurm, `release/slurm.py`). The stages every flow shares (flows/change.py),
-readiness, status, stop and verify speak to a Target, never to `setsid` or `sbatch` themselves, so
+readiness, status, stop and verify speak to a Platform, never to `setsid` or `sbatch` themselves, so
 checks, verify, the ledger and rollback are one code path whatever runs the servers.
 
 A handle names one started server: its process group, or its job id.
@@ -18,7 +18,7 @@ from specctl.release import release as rel
 if TYPE_CHECKING:
     from specctl.hosts.inventory import HostSpec
 
-__all__ = ["Observation", "ProcessTarget", "Target", "server_url", "target_of"]
+__all__ = ["Observation", "ProcessPlatform", "Platform", "server_url", "platform_of"]
 
 
 @dataclass(frozen=True)
@@ -33,7 +33,7 @@ class Observation:
     ended: str | None = None  # why it is gone, when the target knows (a job's final state)
 
 
-class Target(Protocol):
+class Platform(Protocol):
     kind: str
     # True: a new release starts beside the running one, which stops only once the new one is
     # verified (a scheduler has the room); False: the running server stops first (one host, one port)
@@ -75,7 +75,7 @@ class Target(Protocol):
         ...
 
 
-class ProcessTarget:
+class ProcessPlatform:
     """The server as a detached process group on the host specctl reaches (release/release.py)."""
 
     kind = "host"
@@ -118,16 +118,16 @@ class ProcessTarget:
         return None
 
 
-def target_of(spec: HostSpec, transport: Transport) -> Target:
+def platform_of(spec: HostSpec, transport: Transport) -> Platform:
     """The target an inventory entry names: a Slurm cluster's jobs, else processes on the host."""
     if spec.slurm is not None:
-        from specctl.release.slurm import SlurmTarget
+        from specctl.release.slurm import SlurmPlatform
 
-        return SlurmTarget(transport, spec.slurm)
-    return ProcessTarget(transport)
+        return SlurmPlatform(transport, spec.slurm)
+    return ProcessPlatform(transport)
 
 
-def server_url(target: Target, release: rel.Release, port: int) -> str:
+def server_url(target: Platform, release: rel.Release, port: int) -> str:
     """The base URL of a release's server, as this machine reaches it."""
     host, reached = target.endpoint(target.address(release), port)
     return f"http://{host}:{reached}"
