@@ -1,6 +1,6 @@
 """The baseline: the same target without speculation, measured on the same workload, so that
 speedup has something honest to divide by. It borrows the host under the profile's lock: the
-profile's servers stop, the baseline is brought up and measured, then every stage is undone, which
+profile's servers stop, the baseline is brought up and measured, then every step is undone, which
 stops the baseline and starts the profile's `current` again."""
 
 from __future__ import annotations
@@ -9,7 +9,6 @@ import dataclasses
 import hashlib
 import json
 
-from specctl.constants import HEAD_ADDRESS
 from specctl.errors import HostError, InputError
 from specctl.flows.change import Change
 from specctl.flows.prompts import release_prompts
@@ -22,6 +21,7 @@ from specctl.flows.steps import Step, Walk
 from specctl.hosts.inventory import HostSpec
 from specctl.profile.profile import Profile
 from specctl.release.documents import read_release
+from specctl.release.platform import platform_type
 from specctl.release.staging import host_env, profile_checkpoints
 from specctl.verdict.client import EngineClient
 from specctl.verdict.measure import warm_up
@@ -57,7 +57,7 @@ def baseline(ctx: Context, report: CheckReport, host: HostSpec) -> tuple[str, Ba
     name, v = profile.metadata.name, profile.verify
     workload = profile_workload(report)
     session = ctx.session(host, name)
-    the_plan = plan(report, baseline=True, node0_address=HEAD_ADDRESS if host.slurm is not None else None)
+    the_plan = plan(report, baseline=True, node0_address=platform_type(host).node0_address)
     with recording(
         ctx,
         "baseline",
@@ -80,7 +80,7 @@ def baseline(ctx: Context, report: CheckReport, host: HostSpec) -> tuple[str, Ba
                     report,
                     the_plan,
                     dataclasses.replace(the_plan.nodes[0], env=host_env(the_plan.nodes[0].env, host.hf_home)),
-                    cluster=host.slurm,
+                    platform=session.platform,
                     release=release,
                     hf_home=host.hf_home,
                 ),
@@ -91,7 +91,7 @@ def baseline(ctx: Context, report: CheckReport, host: HostSpec) -> tuple[str, Ba
             walk = Walk(rec.events(host.name), before=ctx.cancel.check)
             measured: list[list[PointResult]] = []
 
-            def measure_stage() -> None:
+            def measure_step() -> None:
                 client = EngineClient(session.server_url(change.release, profile.engine.port), cancel=ctx.cancel)
                 prompts = release_prompts(
                     change.release, read_release(change.release), report.inputs.engine, ids=v.stream
@@ -109,7 +109,7 @@ def baseline(ctx: Context, report: CheckReport, host: HostSpec) -> tuple[str, Ba
                 )
                 ctx.cancel.check()
 
-            walk.run([*change.steps(), Step("measure", measure_stage)])
+            walk.run([*change.steps(), Step("measure", measure_step)])
             walk.unwind()  # give the host back: the baseline stops, the profile's current starts again
             if walk.undo_errors:  # measured, but the host was not given back: say so, never report success
                 raise HostError(

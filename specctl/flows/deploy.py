@@ -1,16 +1,17 @@
-"""The deploy, as one screen of stages per host, all hosts in parallel under one run id:
+"""The deploy, as one screen of steps per host, all hosts in parallel under one run id:
 
     preflight -> stage -> materialise -> stop previous -> start -> ready -> switch     (flows/change.py)
     -- every host waits here; past --max-failures failed hosts, the others undo all of the above --
     verify -> keep, or roll back to the newest verified release
 
 Each host holds its profile lock from preflight to the end, verify included. Any exception in a
-stage runs the undos of the stages done (walking back to the previous release); the run's ledger
-row records every stage boundary. Multi-node TP runs node rank r on host r, all ranks meeting at
+step runs the undos of the steps done (walking back to the previous release); the run's ledger
+row records every step boundary. Multi-node TP runs node rank r on host r, all ranks meeting at
 node 0's address; it is ready when node 0 answers, verified through node 0, and not rolled back by
-itself. On a Slurm cluster (an inventory `clusters:` entry) one job runs every node rank and the
-ranks meet at the allocation's first node; the job runs beside the previous release's until it is
-verified, and only then is the previous job cancelled (a failed verify cancels the new one).
+itself. On a platform that places every node rank (a scheduler's cluster) one start runs every
+rank and the ranks meet where the platform says; on a rolling platform the new release runs
+beside the previous release's until it is verified, and only then is the previous one stopped (a
+failed verify stops the new one).
 """
 
 from __future__ import annotations
@@ -21,7 +22,6 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from specctl.cancel import Cancelled
-from specctl.constants import HEAD_ADDRESS
 from specctl.errors import HostError, InputError
 from specctl.flows.change import Change, Files, NodeGate, retire
 from specctl.flows.recorder import Recorder, let_go_all, recording
@@ -36,6 +36,7 @@ from specctl.hosts.group import run_group
 from specctl.hosts.inventory import HostSpec
 from specctl.plan.findings import Severity
 from specctl.plan.plan import Plan
+from specctl.release.platform import platform_type
 from specctl.release.staging import Staged, host_env, profile_checkpoints
 
 
@@ -96,7 +97,7 @@ class StageGate:
 
 @dataclass
 class Deploy:
-    """One deploy run: what every host's stages share."""
+    """One deploy run: what every host's steps share."""
 
     ctx: Context
     report: CheckReport
@@ -155,7 +156,7 @@ class Deploy:
         return result
 
     def _retire(self, session: HostSession, result: HostReport) -> None:
-        """A rolling target: the release is current (and verified): the servers before it stop."""
+        """A rolling platform: the release is current (and verified): the servers before it stop."""
         try:
             retired = retire(session, self.rec.run_id)
         except HostError as exc:
@@ -178,7 +179,7 @@ class Deploy:
                 self.plan,
                 node,
                 staged,
-                cluster=session.spec.slurm,
+                platform=session.platform,
                 release=release,
                 hf_home=session.spec.hf_home,
             )
@@ -200,7 +201,7 @@ class Deploy:
         )
 
     def failed(self, session: HostSession, change: Change | None, failure: BaseException) -> HostReport:
-        """A host whose stages failed (and were undone): its report and ledger record."""
+        """A host whose steps failed (and were undone): its report and ledger record."""
         if isinstance(failure, Cancelled | KeyboardInterrupt):
             raise failure
         detail = error_text(failure) + "".join(f"; {note}" for note in getattr(failure, "__notes__", ()))
@@ -260,19 +261,21 @@ def deploy(
     """Deploy to every host in parallel, verify, and roll back a host whose verify fails."""
     p = report.inputs.profile
     name, nnodes = p.metadata.name, p.parallel.nnodes
-    one_job = nnodes > 1 and len(hosts) == 1 and hosts[0].slurm is not None  # the scheduler places every rank
+    kinds = [platform_type(h) for h in hosts]
+    one_job = nnodes > 1 and len(hosts) == 1 and kinds[0].places_every_rank  # the platform places every rank
     if nnodes > 1 and len(hosts) != nnodes and not one_job:
         raise InputError(
             f"{name} spans {nnodes} nodes but {len(hosts)} host(s) were given",
-            fix=f"pass exactly {nnodes} hosts, node rank 0 first, or one Slurm cluster",
+            fix=f"pass exactly {nnodes} hosts, node rank 0 first, or one cluster whose scheduler places every rank",
         )
-    if nnodes > 1 and any(h.slurm is not None for h in hosts) and not one_job:
+    placing = next((k for k in kinds if k.places_every_rank), None)
+    if nnodes > 1 and placing is not None and not one_job:
         raise InputError(
-            f"{name} spans {nnodes} nodes: on a Slurm cluster one job runs them all",
+            f"{name} spans {nnodes} nodes: on {placing.noun} one job runs them all",
             fix="deploy to the cluster alone (it places every node rank)",
         )
     sessions = [ctx.session(h, name) for h in hosts]
-    node0 = HEAD_ADDRESS if one_job else sessions[0].transport.address if nnodes > 1 else None
+    node0 = kinds[0].node0_address if one_job else sessions[0].transport.address if nnodes > 1 else None
     the_plan = plan(report, node0_address=node0, staged=stage)
     nnodes = 1 if one_job else nnodes  # from here on: hosts that each run one node rank
     errors = [f.to_dict() for f in report.findings if f.severity is Severity.ERROR]

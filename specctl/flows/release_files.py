@@ -1,27 +1,23 @@
 """What a new release directory holds: the launch script and environment of its node, the resolved
 inputs (profile, plan, manifest, checkpoint facts, pinned workload, one-line summary) and the
-drafter overlay's links to the drafter's own files; on a Slurm cluster also the job script and the
-launch script of every other node rank (one directory on shared storage serves the whole job)."""
+drafter overlay's links to the drafter's own files; plus whatever the platform adds (a scheduler's
+job script and the launch script of every other node rank)."""
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from specctl.errors import HostError
-from specctl.facts import host as host_facts
 from specctl.flows.static import CheckReport
 from specctl.plan.plan import NodePlan, Plan
-from specctl.plan.render import render_sh
-from specctl.plan.sbatch import FACTS_SCRIPT, JOB_FILE, JobSettings, node_script, render_sbatch
-from specctl.profile.inventory import SlurmCluster
 from specctl.profile.profile import is_local_path
 from specctl.release import release as rel
 from specctl.release.documents import PLAN_FILE, PROFILE_FILE
-from specctl.release.staging import Staged, host_env
+from specctl.release.platform import Files, Platform
+from specctl.release.staging import Staged
 from specctl.verdict.workload import Workload, load_workload
 
 
@@ -85,62 +81,18 @@ def release_contents(
     node: NodePlan,
     staged: Mapping[str, Staged] | None = None,
     *,
-    cluster: SlurmCluster | None = None,
+    platform: Platform | None = None,
     release: rel.Release | None = None,
     hf_home: str | None = None,
-) -> dict[str, tuple[bytes, int] | str]:
+) -> Files:
     """Every file of one node's release directory (`staged`: the host's snapshots of Hub checkpoints);
-    on a `cluster`, the job's files too (`hf_home`: the inventory's cache, for every node rank)."""
+    with a `platform`, what it adds to `release` too (`hf_home`: the inventory's cache, for every node rank)."""
     files = rel.release_files(p, node, release_documents(report, p), overlay_sources(report, p, staged or {}))
-    if cluster is not None:
-        assert release is not None, "a cluster's release is written for one release directory"
-        files.update(job_files(report, p, cluster, release.dir, release.run_id, release.profile, hf_home))
-    return files
-
-
-def job_settings(
-    report: CheckReport, cluster: SlurmCluster, release_dir: str, run_id: str, profile: str
-) -> JobSettings:
-    """What a release's job asks of the cluster: the entry's site settings, GPUs from the profile."""
-    p = report.inputs.profile
-    gres = cluster.gres if cluster.gres is not None else f"gpu:{p.hardware.gpus_per_node}"
-    return JobSettings(
-        release_dir,
-        release_dir.rsplit("/releases/", 1)[0],
-        run_id,
-        profile,
-        cluster.partition,
-        cluster.account,
-        cluster.qos,
-        cluster.time,
-        gres,
-        tuple(cluster.setup),
-        tuple(cluster.sbatch_args),
-        tuple(cluster.srun_args),
-        cluster.python or p.engine.python,
-        p.engine.port,
-        report.inputs.engine.distribution(),
-        cluster.exclusive,
-    )
-
-
-def job_files(
-    report: CheckReport,
-    p: Plan,
-    cluster: SlurmCluster,
-    release_dir: str,
-    run_id: str,
-    profile: str,
-    hf_home: str | None = None,
-) -> dict[str, tuple[bytes, int] | str]:
-    """The files a Slurm release adds: `job.sbatch`, the facts script its first node runs, and the
-    launch scripts of node ranks 1.. (rank 0's is `launch.sh`, as everywhere)."""
-    job = job_settings(report, cluster, release_dir, run_id, profile)
-    files: dict[str, tuple[bytes, int] | str] = {
-        JOB_FILE: (render_sbatch(p, job).encode(), 0o755),
-        FACTS_SCRIPT: (host_facts.script().encode(), 0o644),
-    }
-    for node in p.nodes[1:]:
-        node = dataclasses.replace(node, env=host_env(node.env, hf_home)) if hf_home else node
-        files[node_script(node.rank)] = (render_sh(p, node).encode(), 0o755)
+    if platform is not None:
+        assert release is not None, "a platform adds its files to one release directory"
+        files.update(
+            platform.release_files(
+                p, report.inputs.profile, report.inputs.engine.distribution(), release, hf_home=hf_home
+            )
+        )
     return files

@@ -11,17 +11,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from specctl.constants import HEAD_ADDRESS
 from specctl.errors import HostError
 from specctl.facts import host as host_facts
 from specctl.facts.host import HostFacts
-from specctl.flows.release_files import job_settings
 from specctl.flows.session import error_text
 from specctl.flows.static import CheckReport, plan
 from specctl.hosts.group import run_group
 from specctl.hosts.inventory import HostSpec
 from specctl.hosts.transport import Transport
-from specctl.plan.sbatch import sbatch_options
 from specctl.profile.profile import is_local_path
 from specctl.release import lock, staging
 from specctl.release import release as rel
@@ -205,11 +202,11 @@ def preview(
                 row["stage"] = [{"repo": c.repo, "staged": None, "error": error_text(exc)} for c in checkpoints]
         rank = hosts.index(host) if p.parallel.nnodes > 1 else 0
         row["launch"] = shlex.join(the_plan.nodes[min(rank, len(the_plan.nodes) - 1)].argv)
-        if host.slurm is not None:  # one job runs every node rank, meeting at the allocation's first node
-            job_plan = plan(report, node0_address=HEAD_ADDRESS)
-            row["launch"] = shlex.join(job_plan.nodes[0].argv)
-            settings = job_settings(report, host.slurm, f"{root}/{profile}/releases/<run-id>", "<run-id>", profile)
-            row["job"] = ["sbatch", *sbatch_options(job_plan, settings)]
+        platform = platform_of(host, t)
+        if platform.node0_address is not None:  # the platform places the node ranks: they meet where it says
+            placed = plan(report, node0_address=platform.node0_address)
+            row["launch"] = shlex.join(placed.nodes[0].argv)
+            row.update(platform.dry_run_settings(placed, p, report.inputs.engine.distribution(), f"{root}/{profile}"))
         if the_plan.overlay is not None and p.drafter is not None:
             source = (
                 p.drafter.model

@@ -43,6 +43,7 @@ from specctl.plan.candidates import Candidate, Dropped, candidate_profile, grid,
 from specctl.profile.document import content_sha256
 from specctl.profile.profile import Profile, Tune
 from specctl.release import release as rel
+from specctl.release.platform import platform_type
 from specctl.release.staging import host_env, profile_checkpoints
 from specctl.verdict import gates as gate
 from specctl.verdict import stats
@@ -349,15 +350,15 @@ def give_back(ctx: Context, session: HostSession, original: str | None, events: 
     """Leave the host on the release it had before the tune: started again through the same stages
     (its own files), or, when nothing of the profile was current, nothing running and no `current`.
     A signal asks to be quick: the release is started, not waited for."""
-    t = session.transport
+    platform = session.platform
     if original is None:
-        rel.stop_running(t, session.root, session.profile)
-        rel.unlink(t, session.base)
+        platform.stop_running(session.root, session.profile)
+        rel.unlink(session.transport, session.base)
         return
-    if session.current() == original and [s.release for s in rel.servers(t, session.base)] == [original]:
+    if session.current() == original and [s.release for s in platform.servers(session.base)] == [original]:
         return  # no candidate ran (or the last one's undo already started it again)
     if ctx.cancel.cancelled:
-        rel.stop_running(t, session.root, session.profile)
+        platform.stop_running(session.root, session.profile)
         rel.switch(session.release(original))
         restore(session, original)
         return
@@ -400,9 +401,10 @@ def tune(
         raise InputError(
             f"{name} spans {p.parallel.nnodes} nodes; tune measures on one host", fix="tune a single-node profile"
         )
-    if host.slurm is not None:
+    kind = platform_type(host)
+    if not kind.tunable:
         raise InputError(
-            f"{host.name} is a Slurm cluster; tune measures on a host it reaches itself",
+            f"{host.name} is {kind.noun}; tune measures on a host it reaches itself",
             fix="tune on a host of the same GPU type (an interactive allocation is one), then deploy the winner",
         )
     settings = p.tune or Tune()

@@ -1,7 +1,14 @@
 """Where a release's server runs: a process group on the host itself (SSH or local), or a job that a
-scheduler places (Slurm, `release/slurm.py`). The stages every flow shares (flows/change.py),
+scheduler places (Slurm, `release/slurm.py`). The steps every flow shares (flows/change.py),
 readiness, status, stop and verify speak to a Platform, never to `setsid` or `sbatch` themselves, so
 checks, verify, the ledger and rollback are one code path whatever runs the servers.
+
+A platform declares what it can do (capabilities, never a kind to test): whether a new release
+starts beside the running one, whether its servers answer at the host's own address, whether it
+places every node rank of a multi-node profile itself, where those ranks meet, whether tune can
+measure on it. What it adds to a release directory (a job script) it writes itself.
+
+`platform_type` is the one place that picks the kind from an inventory entry.
 
 A handle names one started server: its process group, or its job id.
 """
@@ -10,15 +17,19 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 from specctl.hosts.transport import Completed, Transport
 from specctl.release import release as rel
 
 if TYPE_CHECKING:
     from specctl.hosts.inventory import HostSpec
+    from specctl.plan.plan import Plan
+    from specctl.profile.profile import Profile
 
-__all__ = ["Observation", "ProcessPlatform", "Platform", "server_url", "platform_of"]
+__all__ = ["Files", "Observation", "ProcessPlatform", "Platform", "server_url", "platform_of", "platform_type"]
+
+Files = dict[str, tuple[bytes, int] | str]  # a release directory's files: name -> (content, mode), or a link
 
 
 @dataclass(frozen=True)
@@ -30,19 +41,43 @@ class Observation:
     lines: list[str]
     address: str | None
     waiting: str | None = None  # e.g. "queued: PENDING (Resources)"
-    ended: str | None = None  # why it is gone, when the target knows (a job's final state)
+    ended: str | None = None  # why it is gone, when the platform knows (a job's final state)
 
 
 class Platform(Protocol):
-    kind: str
+    kind: ClassVar[str]
+    noun: ClassVar[str]  # what an inventory entry of this platform is, for messages: "a host"
     # True: a new release starts beside the running one, which stops only once the new one is
     # verified (a scheduler has the room); False: the running server stops first (one host, one port)
-    rolling: bool
-    on_host: bool  # the server answers at the host's own address (else where the scheduler placed it)
-    poll_s: float  # between looks at a starting server
+    rolling: ClassVar[bool]
+    on_host: ClassVar[bool]  # the server answers at the host's own address (else where the scheduler placed it)
+    # True: one server start runs every node rank of a multi-node profile (deploy to the entry alone);
+    # False: node rank r runs on the r-th host given
+    places_every_rank: ClassVar[bool]
+    # where the node ranks meet when the platform places them, as the launch scripts spell it (known
+    # only once placed); None: at node rank 0's host
+    node0_address: ClassVar[str | None]
+    tunable: ClassVar[bool]  # tune can bring candidates up and measure them here
+    poll_s: ClassVar[float]  # between looks at a starting server
+
+    @classmethod
+    def on(cls, spec: HostSpec, transport: Transport) -> Platform:
+        """The platform of an inventory entry, reached through `transport`."""
+        ...
+
+    def release_files(
+        self, p: Plan, profile: Profile, distribution: str, release: rel.Release, *, hf_home: str | None = None
+    ) -> Files:
+        """The files this platform adds to a release directory beside node rank 0's launch script
+        (`hf_home`: the inventory's cache, for the other node ranks)."""
+        ...
+
+    def dry_run_settings(self, p: Plan, profile: Profile, distribution: str, base: str) -> dict[str, Any]:
+        """What `deploy --dry-run` shows of this platform's own settings for a new release under `base`."""
+        ...
 
     def survey_command(self, base: str) -> list[str]:
-        """One command printing `current`'s target, then one "run-id handle" line per running server."""
+        """One command printing the release `current` links to, then one "run-id handle" line per running server."""
         ...
 
     def servers(self, base: str) -> list[rel.Server]: ...
@@ -78,13 +113,29 @@ class Platform(Protocol):
 class ProcessPlatform:
     """The server as a detached process group on the host specctl reaches (release/release.py)."""
 
-    kind = "host"
-    rolling = False
-    on_host = True
-    poll_s = 0.5
+    kind: ClassVar[str] = "host"
+    noun: ClassVar[str] = "a host"
+    rolling: ClassVar[bool] = False
+    on_host: ClassVar[bool] = True
+    places_every_rank: ClassVar[bool] = False
+    node0_address: ClassVar[str | None] = None
+    tunable: ClassVar[bool] = True
+    poll_s: ClassVar[float] = 0.5
 
     def __init__(self, transport: Transport) -> None:
         self.transport = transport
+
+    @classmethod
+    def on(cls, spec: HostSpec, transport: Transport) -> Platform:
+        return cls(transport)
+
+    def release_files(
+        self, p: Plan, profile: Profile, distribution: str, release: rel.Release, *, hf_home: str | None = None
+    ) -> Files:
+        return {}
+
+    def dry_run_settings(self, p: Plan, profile: Profile, distribution: str, base: str) -> dict[str, Any]:
+        return {}
 
     def survey_command(self, base: str) -> list[str]:
         return rel.survey_command(base)
@@ -118,16 +169,22 @@ class ProcessPlatform:
         return None
 
 
-def platform_of(spec: HostSpec, transport: Transport) -> Platform:
-    """The target an inventory entry names: a Slurm cluster's jobs, else processes on the host."""
+def platform_type(spec: HostSpec) -> type[Platform]:
+    """The kind of platform an inventory entry names (its capabilities, before anything is reached):
+    a Slurm cluster's jobs, else processes on the host."""
     if spec.slurm is not None:
         from specctl.release.slurm import SlurmPlatform
 
-        return SlurmPlatform(transport, spec.slurm)
-    return ProcessPlatform(transport)
+        return SlurmPlatform
+    return ProcessPlatform
 
 
-def server_url(target: Platform, release: rel.Release, port: int) -> str:
+def platform_of(spec: HostSpec, transport: Transport) -> Platform:
+    """The platform an inventory entry names, reached through `transport`."""
+    return platform_type(spec).on(spec, transport)
+
+
+def server_url(platform: Platform, release: rel.Release, port: int) -> str:
     """The base URL of a release's server, as this machine reaches it."""
-    host, reached = target.endpoint(target.address(release), port)
+    host, reached = platform.endpoint(platform.address(release), port)
     return f"http://{host}:{reached}"

@@ -12,16 +12,37 @@ by the cluster's administrators. Use a site secret store where that is not accep
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, ClassVar
 
+from specctl.constants import HEAD_ADDRESS
 from specctl.errors import HostError
+from specctl.facts import host as host_facts
 from specctl.hosts.transport import Completed, Transport
-from specctl.plan.sbatch import FACTS_FILE, HEAD_FILE, JOB_FILE, job_name
+from specctl.plan.plan import Plan
+from specctl.plan.render import render_sh
+from specctl.plan.sbatch import (
+    FACTS_FILE,
+    FACTS_SCRIPT,
+    HEAD_FILE,
+    JOB_FILE,
+    JobSettings,
+    job_name,
+    node_script,
+    render_sbatch,
+    sbatch_options,
+)
 from specctl.profile.inventory import SlurmCluster
+from specctl.profile.profile import Profile
 from specctl.release import release as rel
-from specctl.release.platform import Observation
+from specctl.release.platform import Files, Observation, Platform
+from specctl.release.staging import host_env
 
-__all__ = ["SlurmPlatform"]
+if TYPE_CHECKING:
+    from specctl.hosts.inventory import HostSpec
+
+__all__ = ["SlurmPlatform", "job_files", "job_settings"]
 
 # A Slurm command's behaviour follows the caller's SBATCH_* and SQUEUE_* variables, which override
 # #SBATCH lines and change squeue's output: the login shell's own settings must not reach them.
@@ -152,14 +173,35 @@ POLL_S = 2.0  # between squeue polls while a job starts: a controller serves man
 class SlurmPlatform:
     """The servers of a cluster entry: jobs submitted, watched and cancelled through its login node."""
 
-    kind = "slurm"
-    rolling = True
-    on_host = False
-    poll_s = POLL_S
+    kind: ClassVar[str] = "slurm"
+    noun: ClassVar[str] = "a Slurm cluster"
+    rolling: ClassVar[bool] = True
+    on_host: ClassVar[bool] = False
+    places_every_rank: ClassVar[bool] = True  # one job runs every node rank
+    node0_address: ClassVar[str | None] = HEAD_ADDRESS  # the ranks meet at the allocation's first node
+    tunable: ClassVar[bool] = False  # tune measures on a host it reaches itself
+    poll_s: ClassVar[float] = POLL_S
 
     def __init__(self, transport: Transport, cluster: SlurmCluster) -> None:
         self.transport = transport
         self.cluster = cluster
+
+    @classmethod
+    def on(cls, spec: HostSpec, transport: Transport) -> Platform:
+        assert spec.slurm is not None, "a Slurm platform is a cluster entry's"
+        return cls(transport, spec.slurm)
+
+    def release_files(
+        self, p: Plan, profile: Profile, distribution: str, release: rel.Release, *, hf_home: str | None = None
+    ) -> Files:
+        """The job's files: one directory on shared storage serves the whole job."""
+        return job_files(p, profile, distribution, self.cluster, release.dir, release.run_id, release.profile, hf_home)
+
+    def dry_run_settings(self, p: Plan, profile: Profile, distribution: str, base: str) -> dict[str, Any]:
+        """The `sbatch` command line the release's job would be submitted with."""
+        name = base.rsplit("/", 1)[-1]
+        settings = job_settings(profile, distribution, self.cluster, f"{base}/releases/<run-id>", "<run-id>", name)
+        return {"job": ["sbatch", *sbatch_options(p, settings)]}
 
     def _run(self, script: str, *args: str, timeout_s: float = 60.0) -> Completed:
         """A script of Slurm commands on the login node, in the cluster's environment; safe to send twice."""
@@ -243,6 +285,55 @@ class SlurmPlatform:
     def facts(self, release: rel.Release) -> Completed | None:
         raw = self.transport.read(release.path(FACTS_FILE))
         return Completed(0, raw, "") if raw is not None else None
+
+
+def job_settings(
+    profile: Profile, distribution: str, cluster: SlurmCluster, release_dir: str, run_id: str, name: str
+) -> JobSettings:
+    """What a release's job asks of the cluster: the entry's site settings, GPUs from the profile
+    (`name`: the release's profile, which names the job)."""
+    gres = cluster.gres if cluster.gres is not None else f"gpu:{profile.hardware.gpus_per_node}"
+    return JobSettings(
+        release_dir,
+        release_dir.rsplit("/releases/", 1)[0],
+        run_id,
+        name,
+        cluster.partition,
+        cluster.account,
+        cluster.qos,
+        cluster.time,
+        gres,
+        tuple(cluster.setup),
+        tuple(cluster.sbatch_args),
+        tuple(cluster.srun_args),
+        cluster.python or profile.engine.python,
+        profile.engine.port,
+        distribution,
+        cluster.exclusive,
+    )
+
+
+def job_files(
+    p: Plan,
+    profile: Profile,
+    distribution: str,
+    cluster: SlurmCluster,
+    release_dir: str,
+    run_id: str,
+    name: str,
+    hf_home: str | None = None,
+) -> Files:
+    """The files a Slurm release adds: `job.sbatch`, the facts script its first node runs, and the
+    launch scripts of node ranks 1.. (rank 0's is `launch.sh`, as everywhere)."""
+    job = job_settings(profile, distribution, cluster, release_dir, run_id, name)
+    files: Files = {
+        JOB_FILE: (render_sbatch(p, job).encode(), 0o755),
+        FACTS_SCRIPT: (host_facts.script().encode(), 0o644),
+    }
+    for node in p.nodes[1:]:
+        node = dataclasses.replace(node, env=host_env(node.env, hf_home)) if hf_home else node
+        files[node_script(node.rank)] = (render_sh(p, node).encode(), 0o755)
+    return files
 
 
 def _prefix(base: str) -> str:

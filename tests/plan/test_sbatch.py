@@ -11,11 +11,11 @@ from pathlib import Path
 
 from specctl.constants import HEAD_ADDRESS
 from specctl.flows import static
-from specctl.flows.release_files import job_files
 from specctl.plan.plan import Plan
 from specctl.plan.render import render_sh
 from specctl.plan.sbatch import HEAD_FILE, JOB_FILE, JobSettings, job_name, render_sbatch
 from specctl.profile.inventory import SlurmCluster
+from specctl.release.slurm import job_files
 from tests.factory import Scenario, merge
 
 
@@ -68,7 +68,8 @@ def test_every_rank_meets_at_the_allocations_first_node(tmp_path: Path) -> None:
     release = tmp_path / "shared" / "p" / "releases" / "r1"
     release.mkdir(parents=True)
     cluster = SlurmCluster(kind="slurm", login="local", root=str(tmp_path / "shared"), setup=["export SITE_SETUP=done"])
-    files = job_files(report, plan, cluster, str(release), "r1", plan.profile)
+    inputs = report.inputs
+    files = job_files(plan, inputs.profile, inputs.engine.distribution(), cluster, str(release), "r1", plan.profile)
     for name, (data, mode) in {**files, "launch.sh": (render_sh(plan, plan.nodes[0]).encode(), 0o755)}.items():
         (release / name).write_bytes(data)
         (release / name).chmod(mode)
