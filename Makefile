@@ -72,9 +72,11 @@ test: $(STAMP) $(HUB)/.built sglang-env sglang-wheels system-deps
 	SPECCTL_SGLANG_PYTHON=$(SGLANG_VENV)/bin/python SPECCTL_SGLANG_WHEELS=$(SGLANG_WHEELS) \
 	  $(BIN)/python -m pytest -q -p no:cacheprovider
 
-# Unit tests only: no sglang environment needed.
+# The fast tier (docs/development.md): everything but the labs, on the fakes of tests/fakes/ (no sshd, no
+# Slurm, no engine server, no sglang environment). SPECCTL_TEST_TIER=fast makes a lab fixture or a real
+# engine start fail loudly, and keeps the lab modules (torch, fastapi) from being imported.
 test-fast: $(STAMP) $(HUB)/.built
-	$(BIN)/python -m pytest -q -p no:cacheprovider -m "not conformance"
+	SPECCTL_TEST_TIER=fast $(BIN)/python -m pytest -q -p no:cacheprovider -m "not lab"
 
 bench: $(STAMP) $(HUB)/.built sglang-env
 	$(BIN)/python benchmarks/startup.py

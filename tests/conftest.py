@@ -1,4 +1,11 @@
-"""Shared fixtures: a pinned environment, real checkpoint directories, and the CLI run in-process."""
+"""Shared fixtures: a pinned environment, real checkpoint directories, the CLI run in-process, and the
+two tiers (docs/development.md): `lab` marks what starts sshd, Slurm, a reference engine server, torch
+models or real sglang code; everything else is the fast tier, which runs against the fakes of
+tests/fakes/ (the engine double, several hosts on local transports, stand-in scheduler commands).
+
+Under SPECCTL_TEST_TIER=fast (`make test-fast`) the lab's modules are not even imported, and a lab
+test, a lab fixture or a real engine started by a release fails loudly: a fast test cannot start
+sshd, slurmd or an engine by accident."""
 
 from __future__ import annotations
 
@@ -19,6 +26,96 @@ sys.path.insert(0, str(ROOT))  # for examples.hub, the checkpoint builder shared
 from examples.hub import build_models
 from tests.hub_endpoint import HubEndpoint, HubRepo
 
+pytest_plugins = ["tests._hygiene"]  # a run stopped by SIGINT or SIGTERM leaves nothing behind
+
+# --- the tiers -------------------------------------------------------------------------------------
+
+TIER = os.environ.get("SPECCTL_TEST_TIER", "")
+FAST = TIER == "fast"
+# what starts sshd, Slurm daemons, a reference engine server, torch models or real sglang code
+LAB_DIRS = ("tests/integration/", "tests/engines/reference/")
+LAB_FIXTURES = frozenset({"lab", "slurm_lab", "slurm", "ssh_options", "sglang_python"})
+LAB_WHY = (
+    "is a lab test (sshd, Slurm, a reference engine or real sglang code) but the fast tier is selected "
+    "(SPECCTL_TEST_TIER=fast): run it with `make test`, or give it the fakes of tests/fakes/"
+)
+
+
+def _relative(path: Path) -> str:
+    try:
+        return path.resolve().relative_to(ROOT).as_posix()
+    except ValueError:
+        return path.as_posix()
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    """The fast tier does not import the lab's modules (torch, fastapi and the sshd/Slurm helpers)."""
+    if FAST and any((_relative(collection_path) + "/").startswith(d) for d in LAB_DIRS):
+        return True
+    return None
+
+
+def is_lab(item: pytest.Item) -> bool:
+    where = _relative(Path(str(item.path)))
+    return (
+        any(where.startswith(d) for d in LAB_DIRS)
+        or item.get_closest_marker("conformance") is not None
+        or item.get_closest_marker("lab") is not None
+        or bool(LAB_FIXTURES & set(getattr(item, "fixturenames", ())))
+    )
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """`lab` on everything that needs the labs, before `-m "not lab"` deselects."""
+    for item in items:
+        if is_lab(item) and item.get_closest_marker("lab") is None:
+            item.add_marker(pytest.mark.lab)
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    if FAST and item.get_closest_marker("lab") is not None:
+        pytest.fail(f"{item.nodeid} {LAB_WHY}", pytrace=False)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_fixture_setup(fixturedef: pytest.FixtureDef[Any], request: pytest.FixtureRequest) -> None:
+    if FAST and fixturedef.argname in LAB_FIXTURES:
+        pytest.fail(f"fixture {fixturedef.argname!r} {LAB_WHY}", pytrace=False)
+
+
+def lab_missing(why: str) -> None:
+    """A lab test whose machinery is missing: a skip on a developer's machine, a failure under CI=true."""
+    if os.environ.get("CI") == "true":
+        pytest.fail(why, pytrace=False)
+    pytest.skip(why)
+
+
+@pytest.fixture(autouse=True)
+def _no_real_engine_in_the_fast_tier(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """In the fast tier a release whose launch script runs a real engine (a Python interpreter given
+    `-m specctl.engines.reference` or `-m sglang.launch_server`, not the engine double) is not started."""
+    if not FAST:
+        yield
+        return
+    from tests.fakes.engine import launches_a_real_engine
+
+    refused: list[str] = []
+    from specctl.release import release as rel
+
+    start = rel.start
+
+    def guarded(release: Any, **kwargs: Any) -> int:
+        why = launches_a_real_engine(Path(release.path("launch.sh")))
+        if why:
+            refused.append(why)
+            pytest.fail(f"the fast tier starts no real engine: {why}", pytrace=False)
+        return start(release, **kwargs)
+
+    monkeypatch.setattr(rel, "start", guarded)
+    yield
+    assert not refused, refused
+
 
 @pytest.fixture(autouse=True)
 def _pinned_env(monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory) -> None:
@@ -38,10 +135,7 @@ def sglang_python() -> str:
     """SPECCTL_SGLANG_PYTHON (`make test` sets it); a missing environment skips, or fails under CI=true."""
     python = os.environ.get("SPECCTL_SGLANG_PYTHON", "")
     if not python or not Path(python).exists():
-        message = "SPECCTL_SGLANG_PYTHON does not name the sglang CPU environment (make sglang-env)"
-        if os.environ.get("CI") == "true":
-            pytest.fail(message)
-        pytest.skip(message)
+        lab_missing("SPECCTL_SGLANG_PYTHON does not name the sglang CPU environment (make sglang-env)")
     return python
 
 
@@ -129,3 +223,23 @@ def serve(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[Serve]:
     yield _serve
     for endpoint in started:
         endpoint.stop()
+
+
+# --- the fakes of the fast tier (tests/fakes/) -----------------------------------------------------
+
+
+@pytest.fixture
+def fake_engine(tmp_path: Path) -> Iterator[Any]:
+    """The engine double's controller; profiles name `fake_engine.python` as engine.python."""
+    from tests.fakes.engine import FakeEngine
+
+    with FakeEngine(tmp_path / "fake-engine") as engine:
+        yield engine
+
+
+@pytest.fixture
+def fake_hosts(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fake_engine: Any) -> Any:
+    """Inventory hosts reached through local transports, each with its own root and address."""
+    from tests.fakes.hosts import FakeHosts
+
+    return FakeHosts(tmp_path, monkeypatch, fake_engine)

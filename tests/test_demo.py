@@ -32,6 +32,7 @@ def nothing_listens(port: int) -> bool:
         time.sleep(0.05)
 
 
+@pytest.mark.lab  # the real reference engine: the product's own workflow, end to end
 def test_demo_json_tells_the_whole_story(cli: Any, tmp_path: Path) -> None:
     port, work = free_port(), tmp_path / "work"
     result = cli("--json", "demo", "--workdir", str(work), "--port", str(port))
@@ -117,6 +118,7 @@ def test_demo_json_tells_the_whole_story(cli: Any, tmp_path: Path) -> None:
     )
 
 
+@pytest.mark.lab  # the real reference engine
 def test_demo_for_people_at_80_columns_starts_a_previous_demo_afresh(
     cli: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -1,6 +1,6 @@
-"""The deploy's invariant, stage by stage, on the local host with the reference engine: a failure
-at any stage leaves `current` naming a running server (the previous one) and nothing else of the
-profile running."""
+"""The deploy's invariant, step by step, on the local host with the engine double (tests/fakes/engine.py:
+the real release scripts, a stub process for the server): a failure at any step leaves `current`
+naming a running server (the previous one) and nothing else of the profile running."""
 
 from __future__ import annotations
 
@@ -12,16 +12,15 @@ import pytest
 
 from specctl.errors import HostError
 from specctl.flows import change
-from specctl.flows.demo import write_inputs
+from tests.fakes.inputs import fast_inputs
 
-PORT = 31800
 NAME = "tiny-llama-demo"
 
 
 @pytest.fixture
-def local(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cli: Any) -> Any:
+def local(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cli: Any, fake_engine: Any) -> Any:
     monkeypatch.setenv("HOME", str(tmp_path / "home"))  # the local host's state root is ~/.specctl
-    v1, v2 = write_inputs(tmp_path / "work", PORT)
+    v1, v2 = fast_inputs(tmp_path / "work", fake_engine)
     common = ["--ledger", str(tmp_path / "ledger.db")]
     first = cli("--json", "deploy", str(v1), "--no-verify", *common)
     assert first.code == 0, first.stdout + first.stderr

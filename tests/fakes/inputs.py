@@ -1,0 +1,48 @@
+"""Profiles for the fast tier: the demo's two versions (the shipped tiny models, `engine.name: reference`),
+served by the engine double (`engine.python` is its stand-in interpreter) on a free port."""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from specctl.flows.demo import write_inputs
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def fast_inputs(
+    workdir: Path, engine: Any, port: int | None = None, *, gates: bool = False, requests: int = 8, **v1: Any
+) -> tuple[Path, Path]:
+    """v1 (the trained layers) and v2 (extends v1, same-width wrong layers); keyword arguments are laid
+    over v1's top-level sections (`verify={...}`, `hosts=[...]`, `engine={...}`)."""
+    first, second = write_inputs(workdir, port or free_port(), gates=gates, requests=requests)
+    data = yaml.safe_load(first.read_text())
+    data["engine"]["python"] = engine.python
+    for key, value in v1.items():
+        if isinstance(value, dict) and isinstance(data.get(key), dict):
+            data[key] = {**data[key], **value}
+        else:
+            data[key] = value
+    first.write_text(yaml.safe_dump(data, sort_keys=False))
+    return first, second
+
+
+def write_profile(path: Path, extends: str, version: int, name: str = "tiny-llama-demo", **sections: Any) -> Path:
+    """A profile that extends another with a few sections changed (a new version)."""
+    data = {
+        "apiVersion": "specctl/v1",
+        "kind": "Profile",
+        "extends": extends,
+        "metadata": {"name": name, "version": version},
+        **sections,
+    }
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
