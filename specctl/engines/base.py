@@ -67,6 +67,30 @@ class LaunchSpec:
 
 
 @dataclass(frozen=True)
+class LaunchArgv:
+    """One node's launch argv, and where in it sit the words a scheduler fills in per node: the
+    node rank's value and node 0's dist-init address (`host:port`); None where there is none (one node)."""
+
+    words: tuple[str, ...]
+    node_rank_at: int | None = None
+    dist_init_at: int | None = None
+
+    def replaced(self, start: int, stop: int, words: Sequence[str]) -> LaunchArgv:
+        """`words[start:stop]` replaced by `words`, the recorded places moved with what follows."""
+        shift = len(words) - (stop - start)
+
+        def moved(at: int | None) -> int | None:
+            if at is None or at < start:
+                return at
+            assert at >= stop, "a recorded place cannot be replaced"
+            return at + shift
+
+        return LaunchArgv(
+            (*self.words[:start], *words, *self.words[stop:]), moved(self.node_rank_at), moved(self.dist_init_at)
+        )
+
+
+@dataclass(frozen=True)
 class SpecRewrite:
     """A speculative parameter the engine would silently change, or refuse."""
 
@@ -167,8 +191,8 @@ class Engine(Protocol):
         """Flags specctl renders itself, mapped to the profile field that sets them."""
         ...
 
-    def argv(self, spec: LaunchSpec) -> list[str]:
-        """The exact launch argv of one node."""
+    def argv(self, spec: LaunchSpec) -> LaunchArgv:
+        """The exact launch argv of one node, with where its node rank and dist-init address sit."""
         ...
 
     def drafter_ids(self, config: Mapping[str, Any]) -> list[int] | None:

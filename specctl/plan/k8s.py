@@ -78,6 +78,10 @@ _DNS_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 _RELEASE_WORDS = {OVERLAY_PATH: OVERLAY_DIR, ADAPTIVE_PATH: ADAPTIVE_FILE}
 _OVERLAY_CONFIG = "drafter-config.json"  # the overlay's config.json, as a ConfigMap key
+_NOT_POD_PLAN = (
+    "the nodes' argv must differ in their rank alone, at the places the plan records for the rank and "
+    "node 0's address, and name node 0 as HEAD_ADDRESS (build it with pod_plan)"
+)
 
 
 @dataclass(frozen=True)
@@ -272,17 +276,15 @@ class _Render:
         """Each node's container args, and the rewrites made (for the annotation)."""
         nodes, p = self.plan.nodes, self.profile
         first = nodes[0].argv
-        ranks = sorted({i for n in nodes[1:] for i, (a, b) in enumerate(zip(first, n.argv, strict=False)) if a != b})
         leader = f"{HEAD_ADDRESS}:{p.parallel.dist_init_port}"
-        if self.multi and (
-            any(len(n.argv) != len(first) or any(n.argv[i] != str(n.rank) for i in ranks) for n in nodes)
-            or not ranks
-            or any(leader not in n.argv for n in nodes)
+        if self.multi and not all(
+            n.rank_at is not None
+            and n.dist_init_at is not None
+            and n.argv[n.rank_at] == str(n.rank)
+            and n.argv[n.dist_init_at] == leader
+            for n in nodes
         ):
-            raise ValueError(
-                "the nodes' argv must differ in their rank alone and name node 0 as HEAD_ADDRESS "
-                "(build it with pod_plan)"
-            )
+            raise ValueError(_NOT_POD_PLAN)
         rewrites = []
         if first[0] == p.engine.python and p.engine.python != self.options.python:
             rewrites.append(f"argv[0] {p.engine.python} -> {self.options.python}: the image's interpreter")
@@ -303,15 +305,17 @@ class _Render:
             for i, word in enumerate(node.argv):
                 if i == 0 and word == p.engine.python:
                     words.append(self.options.python)
-                elif i in ranks:
+                elif self.multi and i == node.rank_at:
                     words.append(f"$({LWS_WORKER_INDEX})")
-                elif word == leader:
+                elif self.multi and i == node.dist_init_at:
                     words.append(f"$({LWS_LEADER_ADDRESS}):{p.parallel.dist_init_port}")
                 elif word in _RELEASE_WORDS:
                     words.append(f"{RELEASE_MOUNT}/{_RELEASE_WORDS[word]}")
                 else:
                     words.append(_escape(word))
             argvs.append(words)
+        if any(words != argvs[0] for words in argvs):  # one pod template serves every worker
+            raise ValueError(_NOT_POD_PLAN)
         return argvs, rewrites
 
     def _env(self, extra: Mapping[str, str] | None = None, *, secrets: bool = True) -> list[dict[str, Any]]:

@@ -15,12 +15,16 @@ from specctl.profile.profile import is_local_path
 
 @dataclass(frozen=True)
 class NodePlan:
-    """One node's launch: argv and environment (secrets by name only, never by value)."""
+    """One node's launch: argv and environment (secrets by name only, never by value), and where in
+    the argv the engine put this node's rank and node 0's dist-init address (multi-node), so a
+    platform that fills them in per node (a pod's LWS index) finds them without reading flags."""
 
     rank: int
     host: str | None
     argv: tuple[str, ...]
     env: dict[str, str]
+    rank_at: int | None = None
+    dist_init_at: int | None = None
 
 
 @dataclass(frozen=True)
@@ -103,11 +107,12 @@ def build_plan(
             adaptive=bool(p.speculative.adaptive) and not baseline,
             adaptive_config=ADAPTIVE_PATH if adaptive_config is not None else None,
         )
-        argv = inputs.engine.argv(spec)
+        launch = inputs.engine.argv(spec)
+        argv = [*launch.words]
         if p.engine.args:
             argv += inputs.engine.launch_args(p.engine.version, p.engine.args)
         host = p.hosts[rank] if rank < len(p.hosts) else None
-        nodes.append(NodePlan(rank, host, tuple(argv), dict(env)))
+        nodes.append(NodePlan(rank, host, tuple(argv), dict(env), launch.node_rank_at, launch.dist_init_at))
     return Plan(
         p.metadata.name,
         p.metadata.version,

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from specctl.engines.base import LaunchSpec
+from specctl.engines.base import LaunchArgv, LaunchSpec
 from specctl.engines.sglang.engine import SGLangEngine
 
 MODULE = "specctl.engines.reference"
@@ -37,10 +37,11 @@ class ReferenceEngine(SGLangEngine):
     def chat_ids_command(self, python: str, argv: Sequence[str]) -> list[str]:
         return [python, "-m", "specctl.engines.reference.tokenizer"]  # one byte-level tokenizer for every model
 
-    def argv(self, spec: LaunchSpec) -> list[str]:
+    def argv(self, spec: LaunchSpec) -> LaunchArgv:
         argv = super().argv(spec)
         emulate = ["--emulate-sglang-version", spec.engine_version] if spec.engine_version else []
-        return [argv[0], "-m", MODULE, *argv[3:], *emulate]
+        end = len(argv.words)
+        return argv.replaced(1, 3, ["-m", MODULE]).replaced(end, end, emulate)
 
 
 REFERENCE = ReferenceEngine()

@@ -14,6 +14,7 @@ from specctl.engines.base import (
     Convention,
     EngineProblem,
     HttpContract,
+    LaunchArgv,
     LaunchSpec,
     ParseAnswer,
     ProbeDisagreement,
@@ -171,7 +172,7 @@ class SGLangEngine:
     def reserved_flags(self) -> Mapping[str, str]:
         return _RESERVED
 
-    def argv(self, spec: LaunchSpec) -> list[str]:
+    def argv(self, spec: LaunchSpec) -> LaunchArgv:
         argv = [spec.python, "-m", "sglang.launch_server", "--model-path", spec.model]
         if spec.revision:
             argv += ["--revision", spec.revision]
@@ -197,17 +198,15 @@ class SGLangEngine:
                     *(["--speculative-adaptive-config", spec.adaptive_config] if spec.adaptive_config else []),
                 ]
         argv += ["--tp-size", str(spec.tp)]
+        rank_at = addr_at = None
         if spec.nnodes > 1:
-            argv += [
-                "--nnodes",
-                str(spec.nnodes),
-                "--node-rank",
-                str(spec.node_rank),
-                "--dist-init-addr",
-                spec.dist_init_addr or "",
-            ]
+            argv += ["--nnodes", str(spec.nnodes), "--node-rank"]
+            rank_at = len(argv)
+            argv += [str(spec.node_rank), "--dist-init-addr"]
+            addr_at = len(argv)
+            argv += [spec.dist_init_addr or ""]
         argv += ["--host", spec.host, "--port", str(spec.port)]
-        return argv
+        return LaunchArgv(tuple(argv), rank_at, addr_at)
 
     def drafter_ids(self, config: Mapping[str, Any]) -> list[int] | None:
         # sglang reads only the nested key (spec_aux_hidden_state.py `_resolve_eagle_aux_hidden_state`)
