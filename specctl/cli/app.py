@@ -115,12 +115,25 @@ def named_command(args: list[str]) -> str | None:
 
 
 def main(argv: list[str] | None = None, *, stdout: IO[str] | None = None, stderr: IO[str] | None = None) -> int:
-    """Console-script entry point: run the app, print any specctl error in one place, exit with its code."""
+    """Console-script entry point: run the app, print any specctl error in one place, exit with its code.
+
+    Without `argv` this is the process (`specctl`, `python -m specctl`): a SIGINT or SIGTERM stops the
+    command cleanly and it exits 128 + the signal's number (130, 143). With `argv`, a Python program
+    runs the CLI inside itself (the tests do): the signal is also passed on to that program once the
+    command has unwound and reported (cancel.passed_on), so one Ctrl-C stops the program too."""
+    if argv is None:
+        return _main(sys.argv[1:], stdout, stderr)
+    from specctl.cancel import passed_on
+
+    with passed_on():
+        return _main(argv, stdout, stderr)
+
+
+def _main(args: list[str], stdout: IO[str] | None, stderr: IO[str] | None) -> int:
     from specctl.cli._errors import report
 
     # pydantic scans every installed distribution for plugins at the first model; specctl uses none
     os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
-    args = argv if argv is not None else sys.argv[1:]
     output = Output(json_mode="--json" in args, stdout=stdout or sys.stdout, stderr=stderr or sys.stderr)
     try:
         completing = any(key.endswith("_COMPLETE") for key in os.environ)  # shell completion needs every command

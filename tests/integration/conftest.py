@@ -4,7 +4,6 @@ cluster (slurm.py)."""
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,6 +13,7 @@ import pytest
 import yaml
 
 from specctl.flows.demo import write_inputs
+from tests._hygiene import kill_servers
 from tests.integration.slurm import SlurmLab, slurm_missing
 from tests.integration.sshd import SshLab, namespaces_work
 
@@ -88,5 +88,4 @@ def reset_lab(lab: SshLab) -> None:
     for host in lab.hosts.values():
         if not host.alive():
             lab.start_sshd(host)
-        for pidfile in host.root.rglob("server.pid"):
-            subprocess.run(["kill", "-KILL", "--", f"-{pidfile.read_text().strip()}"], capture_output=True)
+        kill_servers(host.root)

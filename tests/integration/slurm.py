@@ -54,6 +54,7 @@ MpiDefault=none); the daemons' logs are under `<lab>/log`.
 
 from __future__ import annotations
 
+import atexit
 import os
 import re
 import shutil
@@ -231,6 +232,7 @@ class SlurmLab:
             raise RuntimeError("the Slurm lab needs root and network namespaces")
         if slurm_missing():
             raise RuntimeError(f"missing: {', '.join(slurm_missing())} (make system-deps installs slurm-wlm and munge)")
+        atexit.register(self.stop)  # the last resort, should a teardown be cut short
         try:
             self._start()
         except BaseException:
@@ -557,7 +559,9 @@ class SlurmLab:
 
     def stop(self) -> None:
         """Jobs cancelled, the daemons stopped by pid, every process left in the lab's namespaces
-        killed (job steps included), the namespaces and links removed. Safe after a failed start."""
+        killed (job steps included; the mounts of a machine live in its daemon's mount namespace and
+        go with them), the namespaces and links removed. Safe after a failed start, and to call again
+        (start() registers it with atexit, the last resort should a teardown be cut short)."""
         if self.controller is not None and self.controller.alive():
             try:
                 self.cancel_all()
@@ -573,9 +577,13 @@ class SlurmLab:
                 try:
                     proc.wait(timeout=5)
                 except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait(timeout=5)
+                    proc.kill()  # and, should it still not go, with its namespace below
+                    try:
+                        proc.wait(timeout=5)
+                    except subprocess.TimeoutExpired:
+                        pass
         machines = [*self.nodes.values(), *([self.controller] if self.controller else [])]
         for node in machines:
             _kill_namespace(node.namespace)
             subprocess.run(["ip", "link", "del", node.link], capture_output=True)
+        atexit.unregister(self.stop)

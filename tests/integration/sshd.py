@@ -2,19 +2,26 @@
 address on a veth pair (or, where namespaces cannot be made, on its own loopback port).
 
 Keys, authorized_keys, known_hosts and an ssh_config are generated per run; nothing touches the
-user's ~/.ssh. Teardown kills every sshd and removes every namespace and link it made.
+user's ~/.ssh. Teardown (`SshLab.stop`, also registered with atexit as a last resort, and safe to
+run again) kills every sshd it started, every process inside its namespaces (the hosts' servers and
+sessions; the mounts of a host live in its sshd's mount namespace and go with them) and every server
+a test left under the hosts' roots, then removes every namespace and link it made.
 """
 
 from __future__ import annotations
 
+import atexit
 import os
 import shlex
 import shutil
+import signal
 import socket
 import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from tests._hygiene import kill_servers
 
 SSHD = shutil.which("sshd") or "/usr/sbin/sshd"
 
@@ -76,6 +83,17 @@ class SshHost:
         return self.process is not None and self.process.poll() is None
 
 
+def _free_octet() -> int:
+    """A second octet x in 100..199 such that this machine has no address in 10.x.0.0/16 (another lab's)."""
+    used = subprocess.run(["ip", "-o", "-4", "addr", "show"], capture_output=True, text=True).stdout
+    first = os.getpid() % 100
+    for k in range(100):
+        octet = 100 + (first + k) % 100
+        if f" 10.{octet}." not in used:
+            return octet
+    raise RuntimeError("no free 10.x subnet for the SSH lab")
+
+
 def _remove_stale(namespace: str, link: str, subnet: str) -> None:
     """What a killed earlier run left with this run's names or subnet (a reused pid)."""
     subprocess.run(["ip", "netns", "del", namespace], capture_output=True)
@@ -95,11 +113,16 @@ class SshLab:
     user_key: Path = Path()
     ssh_config: Path = Path()
     known_hosts: Path = Path()
-    tag: str = field(default_factory=lambda: f"{os.getpid() % 10000}")
-    # the second octet of the hosts' 10.x.y.0/24 subnets: a second lab in one run needs its own (and its own tag)
-    octet: int = field(default_factory=lambda: 100 + os.getpid() % 100)
+    # in the names of its namespaces and links: this process, so concurrent runs never share one
+    tag: str = field(default_factory=lambda: str(os.getpid()))
+    # the second octet of the hosts' 10.x.y.0/24 subnets (None: one this machine does not use yet);
+    # a second lab in one run needs its own (and its own tag)
+    octet: int | None = None
 
     def start(self, count: int) -> None:
+        atexit.register(self.stop)  # the last resort, should a teardown be cut short
+        if self.use_namespaces and self.octet is None:
+            self.octet = _free_octet()
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.user_key = self.workdir / "id_ed25519"
         _run("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(self.user_key))
@@ -149,6 +172,7 @@ class SshLab:
         _run("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(hostdir / "host_key"))
         if self.use_namespaces:
             ns, outside, inside = f"sc{self.tag}h{index}", f"sc{self.tag}h{index}a", f"sc{self.tag}h{index}b"
+            assert self.octet is not None
             subnet = f"10.{self.octet}.{index + 10}"  # per run, so concurrent runs never collide
             _remove_stale(ns, outside, subnet)
             _run("ip", "netns", "add", ns)
@@ -215,7 +239,11 @@ class SshLab:
     def stop_sshd(self, host: SshHost) -> None:
         if host.process is not None and host.process.poll() is None:
             host.process.terminate()
-            host.process.wait(timeout=10)
+            try:
+                host.process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                host.process.kill()
+                host.process.wait(timeout=10)
 
     def kill_sshd(self, host: SshHost) -> None:
         """The host's sshd and every connection it serves, as a crash would: the listener this lab
@@ -258,16 +286,32 @@ class SshLab:
         return path
 
     def stop(self) -> None:
+        """Everything the lab started and made, gone; safe to call again (atexit does), or after a failed start."""
         for host in self.hosts.values():
-            self.stop_sshd(host)
-            for pidfile in host.root.rglob("server.pid"):  # servers a test left running: their process groups
-                subprocess.run(["kill", "-KILL", "--", f"-{pidfile.read_text().strip()}"], capture_output=True)
+            try:
+                self.stop_sshd(host)
+            except (OSError, subprocess.SubprocessError):
+                pass  # it is killed with its namespace below
+            kill_servers(host.root)  # servers a test left running: their process groups
             if host.namespace:  # anything still inside would keep the namespace, its link and its address alive
-                pids = subprocess.run(
-                    ["ip", "netns", "pids", host.namespace], capture_output=True, text=True
-                ).stdout.split()
-                if pids:
-                    subprocess.run(["kill", "-KILL", *pids], capture_output=True)
+                _empty_namespace(host.namespace)
                 subprocess.run(["ip", "netns", "del", host.namespace], capture_output=True)
-        for i in range(len(self.hosts)):
-            subprocess.run(["ip", "link", "del", f"sc{self.tag}h{i}a"], capture_output=True)
+        if self.use_namespaces:
+            for i in range(len(self.hosts)):
+                subprocess.run(["ip", "link", "del", f"sc{self.tag}h{i}a"], capture_output=True)
+        atexit.unregister(self.stop)
+
+
+def _empty_namespace(namespace: str) -> None:
+    """Every process inside the namespace (all of them the lab's: its sshd, its sessions, their servers) killed."""
+    for _ in range(50):
+        done = subprocess.run(["ip", "netns", "pids", namespace], capture_output=True, text=True)
+        pids = [int(p) for p in done.stdout.split()]
+        if done.returncode != 0 or not pids:
+            return
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        time.sleep(0.02)

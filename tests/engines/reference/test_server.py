@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import os
 import re
 import signal
 import socket
@@ -14,7 +15,7 @@ import sys
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
@@ -41,7 +42,8 @@ def launch(*flags: str) -> subprocess.CompletedProcess[str]:
 
 @contextmanager
 def started(*extra: str) -> Iterator[tuple[str, subprocess.Popen[str]]]:
-    """A reference engine process for the block; stopped (by its pid) whatever the block does."""
+    """A reference engine process for the block, in a session of its own; stopped (SIGTERM, then SIGKILL,
+    to its process group) whatever the block does, an interrupted run included."""
     port = free_port()
     argv = [
         sys.executable,
@@ -68,7 +70,9 @@ def started(*extra: str) -> Iterator[tuple[str, subprocess.Popen[str]]]:
         "--enable-metrics",
         *extra,
     ]
-    process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    process = subprocess.Popen(
+        argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
+    )
     try:
         client = EngineClient(f"http://127.0.0.1:{port}", timeout_s=60)
         deadline = time.monotonic() + 120
@@ -78,10 +82,20 @@ def started(*extra: str) -> Iterator[tuple[str, subprocess.Popen[str]]]:
             time.sleep(0.2)
         yield f"http://127.0.0.1:{port}", process
     finally:
-        process.terminate()
-        process.wait(timeout=10)
+        stop_group(process)
         if process.stdout:
             process.stdout.close()
+
+
+def stop_group(process: subprocess.Popen[str]) -> None:
+    """SIGTERM to the process's group (its pid: it leads a session of its own), then SIGKILL to what is left."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(process.pid, sig)
+        except ProcessLookupError:  # the group is gone (the process was stopped and waited for)
+            pass
+        with suppress(subprocess.TimeoutExpired):
+            process.wait(timeout=10)
 
 
 @pytest.fixture(scope="module")

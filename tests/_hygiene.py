@@ -1,0 +1,117 @@
+"""A test run stopped by SIGINT or SIGTERM leaves nothing behind (a pytest plugin; tests/conftest.py loads it).
+
+- SIGINT: Python raises KeyboardInterrupt and pytest unwinds: the test stops, every fixture's
+  finalizer runs, the run ends. specctl's own handler, while an in-process CLI call has it installed,
+  unwinds the command and then passes the signal on (specctl.cancel.passed_on), so one Ctrl-C still
+  ends the run.
+- SIGTERM: pytest would die at once, without any teardown. For the session this plugin turns it
+  into `Terminated` (a KeyboardInterrupt) in the main thread, so the run unwinds exactly as for
+  Ctrl-C and exits 143. Further SIGTERMs while it unwinds are ignored, so a finalizer is not cut
+  short; the labs also stop from `atexit`, the last resort for what a second Ctrl-C cut short.
+- At the end of the session every server that specctl started for a test (a release's server.pid
+  under the session's temporary directory) is killed by process group, whichever test left it.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+from collections.abc import Generator, Iterator
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+import pytest
+
+TERMINATED_EXIT = 128 + signal.SIGTERM
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised in the main thread: pytest stops and tears down as it does for Ctrl-C."""
+
+
+class _State:
+    previous: Any = None  # the SIGTERM handler before this plugin's; None: not installed
+    terminated = False
+
+
+def _on_sigterm(signum: int, frame: FrameType | None) -> None:
+    if _State.terminated:  # the run is already unwinding: let its finalizers finish
+        return
+    _State.terminated = True
+    raise Terminated(f"stopped by {signal.Signals(signum).name}")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_sessionstart(session: pytest.Session) -> None:
+    if threading.current_thread() is threading.main_thread() and _State.previous is None:
+        _State.previous = signal.signal(signal.SIGTERM, _on_sigterm)
+        _State.terminated = False
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_sessionfinish(session: pytest.Session) -> Generator[None, None, None]:
+    yield  # the session's fixtures are torn down in here: SIGTERM stays handled until they are
+    if _State.terminated:
+        session.exitstatus = TERMINATED_EXIT
+    _restore()
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    _restore()
+
+
+def _restore() -> None:
+    if _State.previous is not None:
+        signal.signal(signal.SIGTERM, _State.previous)
+        _State.previous = None
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _no_server_left(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    yield
+    kill_servers(tmp_path_factory.getbasetemp())
+
+
+def servers(root: Path) -> list[int]:
+    """The process groups of the servers specctl started under `root`: the group each release's
+    server.pid names, kept where a live process of that group has a release under `root` in its
+    environment (SPECCTL_RELEASE_DIR, which every server inherits from its launch), so a pid that an
+    unrelated process has reused since is never taken."""
+    try:
+        pidfiles = list(root.rglob("server.pid"))
+    except OSError:  # a directory removed while it was read
+        pidfiles = []
+    named = set()
+    for pidfile in pidfiles:
+        try:
+            named.add(int(pidfile.read_text().strip()))
+        except (OSError, ValueError):
+            continue
+    if not named:
+        return []
+    marker = b"SPECCTL_RELEASE_DIR=" + str(root).encode() + b"/"
+    groups = set()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            group = os.getpgid(int(entry.name))
+            if group in named and group not in groups:
+                if any(v.startswith(marker) for v in (entry / "environ").read_bytes().split(b"\0")):
+                    groups.add(group)
+        except OSError:  # gone meanwhile
+            continue
+    return sorted(groups)
+
+
+def kill_servers(root: Path) -> list[int]:
+    """Kill (SIGKILL, by process group) the servers `servers(root)` finds; their groups."""
+    groups = servers(root)
+    for group in groups:
+        try:
+            os.killpg(group, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    return groups
