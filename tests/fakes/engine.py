@@ -88,6 +88,7 @@ class Rule:
     host: str | None = None
     port: int | None = None
     baseline: bool | None = None
+    steps: int | None = None  # --speculative-num-steps (tune's candidates differ in it)
 
     def matches(self, server: Server) -> bool:
         return all(
@@ -98,6 +99,7 @@ class Rule:
                 (self.host, server.host),
                 (self.port, server.port),
                 (self.baseline, server.baseline),
+                (self.steps, server.resolved.get("speculative_num_steps")),
             )
         )
 
@@ -116,6 +118,7 @@ class Server:
     """One stub process and, while it lives, the HTTP listener answering for it."""
 
     def __init__(self, engine: FakeEngine, conn: socket.socket, hello: dict[str, Any]) -> None:
+        from specctl.engines import get_engine
         from specctl.engines.reference.server import build_parser, resolved_args
 
         self.engine = engine
@@ -135,6 +138,7 @@ class Server:
         self.port: int = args.port
         self.baseline = not args.speculative_algorithm
         self.resolved: dict[str, Any] = resolved_args(args)
+        self.contract = get_engine("sglang").http_contract(args.emulate_sglang_version)
         self.behaviour = engine.behaviour_for(self)
         self.generations = 0
         self.lock = threading.Lock()
@@ -159,6 +163,8 @@ class Server:
                 self.tell(log=list(b.exit_log), exit=b.exit_code)
             elif b.start == "hang":
                 self.tell(log=[*LOADING, *b.log], wait=True)
+            elif self.args.node_rank > 0:  # like a non-zero sglang rank: it serves no HTTP
+                self.tell(log=[*LOADING, *LOADED, f"rank {self.args.node_rank} joined; serving no HTTP"], wait=True)
             else:
                 self.tell(log=[*LOADING, *LOADED, *b.log])
                 self.listen()
@@ -345,7 +351,7 @@ class _Handler(BaseHTTPRequestHandler):
             "message": {"role": "assistant", "content": "x" * n},
             "finish_reason": "length",
         }
-        if body.get("return_meta_info"):
+        if body.get("return_meta_info") and s.contract.chat_meta_info:  # ignored before sglang 0.5.13
             choice["meta_info"] = meta
         usage = {"prompt_tokens": prompt_tokens, "completion_tokens": n, "total_tokens": prompt_tokens + n}
         self._send(
@@ -409,13 +415,14 @@ class FakeEngine:
         host: str | None = None,
         port: int | None = None,
         baseline: bool | None = None,
+        steps: int | None = None,
         **behaviour: Any,
     ) -> Behaviour:
         """Script the servers that match (the last matching rule wins; unmatched ones serve with defaults)."""
         if "refuse" in behaviour:
             behaviour["refuse"] = frozenset(behaviour["refuse"])
         b = Behaviour(**behaviour)
-        self.rules.append(Rule(b, profile, version, host, port, baseline))
+        self.rules.append(Rule(b, profile, version, host, port, baseline, steps))
         return b
 
     def behaviour_for(self, server: Server) -> Behaviour:

@@ -19,13 +19,13 @@ def free_port() -> int:
 
 
 def fast_inputs(
-    workdir: Path, engine: Any, port: int | None = None, *, gates: bool = False, requests: int = 8, **v1: Any
+    workdir: Path, double: Any, port: int | None = None, *, gates: bool = False, requests: int = 8, **v1: Any
 ) -> tuple[Path, Path]:
     """v1 (the trained layers) and v2 (extends v1, same-width wrong layers); keyword arguments are laid
     over v1's top-level sections (`verify={...}`, `hosts=[...]`, `engine={...}`)."""
     first, second = write_inputs(workdir, port or free_port(), gates=gates, requests=requests)
     data = yaml.safe_load(first.read_text())
-    data["engine"]["python"] = engine.python
+    data["engine"]["python"] = double.python
     for key, value in v1.items():
         if isinstance(value, dict) and isinstance(data.get(key), dict):
             data[key] = {**data[key], **value}
