@@ -139,11 +139,15 @@ class Server:
         self.baseline = not args.speculative_algorithm
         self.resolved: dict[str, Any] = resolved_args(args)
         self.contract = get_engine("sglang").http_contract(args.emulate_sglang_version)
-        self.behaviour = engine.behaviour_for(self)
         self.generations = 0
         self.lock = threading.Lock()
         self.http: ThreadingHTTPServer | None = None
         self.alive = True
+
+    @property
+    def behaviour(self) -> Behaviour:
+        """Looked up at each use: a rule added while the server runs changes its answers from then on."""
+        return self.engine.behaviour_for(self)
 
     # --- the process side -----------------------------------------------------------------------
 

@@ -46,3 +46,20 @@ def write_profile(path: Path, extends: str, version: int, name: str = "tiny-llam
     }
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     return path
+
+
+def ordered_run_ids(monkeypatch: Any) -> None:
+    """Run ids that sort in the order they were made. specctl's are the UTC second plus a random
+    suffix, so two runs within one second (routine in the fast tier) sort by chance, and "the newest
+    release" is one of them at random; a test of what is newest makes them ordered."""
+    import itertools
+    from datetime import UTC, datetime
+
+    from specctl.release import release as rel
+
+    counter = itertools.count(1)
+
+    def new_run_id(now: datetime | None = None) -> str:
+        return (now or datetime.now(UTC)).strftime("%Y%m%dT%H%M%SZ") + f"-{next(counter):06x}"
+
+    monkeypatch.setattr(rel, "new_run_id", new_run_id)
