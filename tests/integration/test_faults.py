@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from specctl.hosts.ssh import SshOptions, resolve, ssh_transport
 from tests.integration.conftest import lab_profile, reset_lab
@@ -75,34 +74,6 @@ def test_host_down_before_deploy(cli: Any, lab: SshLab, env: dict[str, Any]) -> 
     rows = {h["host"]: h for h in tolerant.json()["hosts"]}
     assert rows["h0"]["ok"] and rows["h1"]["ok"] and not rows["h2"]["ok"], rows
     cli("stop", env["v1"], "--hosts", "h0,h1", *env["common"])
-
-
-def test_readiness_timeout_restores_the_previous_release(cli: Any, lab: SshLab, env: dict[str, Any]) -> None:
-    common = [*env["common"], "--hosts", "h0"]
-    assert cli("deploy", env["v1"], *common).code == 0
-    before = current(lab, "h0")
-    hang = Path(env["tmp"]) / "hang.sh"
-    hang.write_text("#!/bin/sh\nexec sleep 600\n")
-    hang.chmod(0o755)
-    slow = Path(env["tmp"]) / "profiles" / "slow.yaml"
-    slow.write_text(
-        yaml.safe_dump(
-            {
-                "apiVersion": "specctl/v1",
-                "kind": "Profile",
-                "extends": "tiny-llama-v1.yaml",
-                "metadata": {"name": NAME, "version": 5},
-                "engine": {"python": str(hang)},
-            }
-        )
-    )
-    result = cli("--json", "deploy", str(slow), "--startup-timeout", "3", *common)
-    assert result.code == 3
-    [row] = result.json()["hosts"]
-    assert "no generation within the 3 s start-up budget" in row["detail"] and f"restored {before}" in row["detail"]
-    assert current(lab, "h0") == before
-    assert cli("--json", "status", env["v1"], *common).json()["hosts"][0]["healthy"]
-    cli("stop", env["v1"], *common)
 
 
 def test_port_already_in_use(cli: Any, lab: SshLab, env: dict[str, Any], ssh_options: SshOptions) -> None:

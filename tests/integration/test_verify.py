@@ -208,12 +208,12 @@ def test_verify_on_an_engine_whose_chat_endpoint_has_no_counters(cli: Any, lab: 
 
 
 def test_operating_points_streamed_on_a_real_host(cli: Any, lab: SshLab, tmp_path: Path) -> None:
-    """The seed scenario at concurrency 1 and 16, streamed: v1 passes at both points, v2 (wrong
-    layers) fails at both, and a profile drafting 10 steps keeps its speedup alone but loses it at
-    16 (the verify forward of 16 x 11 tokens costs more than the accepted drafts save), shown with
-    both numbers. The engine keeps a GPU's time per forward (the roofline stand-in: flat to 32 tokens,
-    then per token), so the loss at 16 comes from the mechanism that causes it on a GPU and holds on a
-    busy CPU. Client-side time to first token agrees with the server's first_token_latency."""
+    """The seed scenario at concurrency 1 and 16, streamed: v1 passes at both points, and a profile
+    drafting 10 steps keeps its speedup alone but loses it at 16 (the verify forward of 16 x 11 tokens
+    costs more than the accepted drafts save), shown with both numbers. The engine keeps a GPU's time per
+    forward (the roofline stand-in: flat to 32 tokens, then per token), so the loss at 16 comes from the
+    mechanism that causes it on a GPU and holds on a busy CPU. Client-side time to first token agrees with
+    the server's first_token_latency."""
     v1, v2 = write_inputs(tmp_path, 31750)
     data = yaml.safe_load(v1.read_text())
     data["metadata"]["name"] = "points"
@@ -268,14 +268,7 @@ def test_operating_points_streamed_on_a_real_host(cli: Any, lab: SshLab, tmp_pat
             assert r["first_token_latency"] - 0.01 <= r["client_first_token"] <= r["client_latency"], r
         assert f"{ROOFLINE_ENV}: a target forward takes at least 8 ms" in cli("logs", str(v1), *common[:4]).stdout
 
-        second = cli("--json", "deploy", str(v2), "--skip-check", "--baseline", "skip", *common)
-        assert second.code == 4, second.stdout + second.stderr
-        gates = second.json()["hosts"][0]["verdict"]["gates"]
-        assert [(g["concurrency"], g["passed"]) for g in gates if g["name"] == "accept_length"] == [
-            (1, False),
-            (16, False),
-        ]
-
+        # v2 (wrong layers) failing at every point is tested on the engine double: tests/flows/test_verify_flows.py
         third = cli("deploy", str(v3), *common)
         assert third.code == 4, third.stdout + third.stderr
         shown = third.stdout + third.stderr
