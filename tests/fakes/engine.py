@@ -47,6 +47,7 @@ LOADED = [
     "Capture cuda graph end. Time elapsed: 0.0 s",
 ]
 READY = "The server is fired up and ready to roll!"
+BIND_WAIT_S = 5.0  # how long a new server waits for the listener of a stopped one on its address to close
 
 
 @dataclass(frozen=True)
@@ -171,7 +172,11 @@ class Server:
                 self.tell(log=[*LOADING, *LOADED, f"rank {self.args.node_rank} joined; serving no HTTP"], wait=True)
             else:
                 self.tell(log=[*LOADING, *LOADED, *b.log])
-                self.listen()
+                try:
+                    self.listen()
+                except OSError as exc:  # as a real engine whose port is taken: it says so and exits
+                    self.tell(log=[f"ERROR: could not bind {self.args.host}:{self.port}: {exc}"], exit=1)
+                    raise
                 self.tell(
                     log=[f"Uvicorn running on http://{self.args.host}:{self.port} (engine double)", READY], wait=True
                 )
@@ -186,9 +191,31 @@ class Server:
         address = self.engine.bind_address(self.host, self.args.host)
         handler = type("Handler", (_Handler,), {"server_double": self})
         kind = _HTTPServer6 if ":" in address else _HTTPServer
-        http = kind((address, self.port), handler)
+        deadline = time.monotonic() + BIND_WAIT_S
+        while True:
+            try:
+                http = kind((address, self.port), handler)
+                break
+            except OSError:
+                # the previous server of this address was just stopped: its listener closes once the
+                # controller sees its socket end (milliseconds); a port held by a live server stays taken
+                if time.monotonic() > deadline or self.engine.holds(address, self.port, self):
+                    raise
+                time.sleep(0.01)
         self.http = http
         threading.Thread(target=http.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+
+    def process_alive(self) -> bool:
+        try:
+            os.kill(self.pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+        try:  # a zombie (its parent, init here, reaps late) is gone
+            return Path(f"/proc/{self.pid}/stat").read_text().rsplit(") ", 1)[1][0] != "Z"
+        except (OSError, IndexError):
+            return False
 
     def close(self) -> None:
         with self.lock:
@@ -451,6 +478,15 @@ class FakeEngine:
         return "127.0.0.1" if wanted in ("0.0.0.0", "") else wanted
 
     # --- what happened ----------------------------------------------------------------------------
+
+    def holds(self, address: str, port: int, asking: Server) -> bool:
+        """Whether a server whose process still lives listens on (address, port)."""
+        for server in self.servers:
+            http = server.http
+            if server is not asking and http is not None and server.process_alive():
+                if http.server_address[:2] == (address, port):
+                    return True
+        return False
 
     def live(self) -> list[Server]:
         return [s for s in self.servers if s.alive]
