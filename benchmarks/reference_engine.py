@@ -31,7 +31,7 @@ import torch  # noqa: E402
 from specctl.engines.reference import tokenizer  # noqa: E402
 from specctl.engines.reference.roofline import Roofline  # noqa: E402
 from specctl.engines.reference.scheduler import Progress, Scheduler  # noqa: E402
-from specctl.engines.reference.speculate import ReferenceEngine  # noqa: E402
+from specctl.engines.reference.speculate import SpeculativeDecoder  # noqa: E402
 
 MODELS = ROOT / "specctl" / "engines" / "reference" / "models"
 WORKLOAD = ROOT / "specctl" / "verdict" / "workloads" / "chat-small.jsonl"
@@ -79,12 +79,12 @@ def main() -> int:
     top = max(CONCURRENCY)
     common = {"device": args.device, "max_running_requests": top, "roofline": args.roofline}
     engines = {
-        "baseline": ReferenceEngine(target, **common),
-        "v1 eagle3 trained layers": ReferenceEngine(target, drafter, **common),
-        "v2 eagle3 wrong layers": ReferenceEngine(target, drafter, capture_positions=WRONG_POSITIONS, **common),
+        "baseline": SpeculativeDecoder(target, **common),
+        "v1 eagle3 trained layers": SpeculativeDecoder(target, drafter, **common),
+        "v2 eagle3 wrong layers": SpeculativeDecoder(target, drafter, capture_positions=WRONG_POSITIONS, **common),
     }
     if args.roofline is not None:
-        engines["v1, 10 steps"] = ReferenceEngine(target, drafter, num_steps=10, **common)
+        engines["v1, 10 steps"] = SpeculativeDecoder(target, drafter, num_steps=10, **common)
     schedulers = {name: Scheduler(engine) for name, engine in engines.items()}
     for engine in engines.values():
         engine.warmup()

@@ -42,7 +42,7 @@ from specctl.engines.reference.model import (  # noqa: E402
     DrafterConfig,
     Eagle3Drafter,
     LlamaConfig,
-    Target,
+    TargetModel,
     load_target,
     save_checkpoint,
 )
@@ -255,9 +255,9 @@ def lr_at(step: int, total: int, peak: float, warmup: int = 50) -> float:
 # --- training ----------------------------------------------------------------------------------------
 
 
-def train_target(corpus: list[list[int]], steps: int, batch_size: int, seed: int) -> Target:
+def train_target(corpus: list[list[int]], steps: int, batch_size: int, seed: int) -> TargetModel:
     torch.manual_seed(seed)
-    model = Target(TARGET_CONFIG).to(torch.float32)
+    model = TargetModel(TARGET_CONFIG).to(torch.float32)
     with torch.no_grad():
         for name, p in model.named_parameters():
             if p.dim() == 2:  # GPT-2 style: residual-branch outputs scaled down by depth
@@ -291,7 +291,7 @@ def draft_vocabulary(labels: list[Tensor]) -> Tensor:
     return torch.tensor(sorted(ranked[:DRAFT_VOCAB]))
 
 
-def distillation_data(target: Target, corpus: list[list[int]], positions: tuple[int, ...]) -> tuple[list[Tensor], list[Tensor]]:
+def distillation_data(target: TargetModel, corpus: list[list[int]], positions: tuple[int, ...]) -> tuple[list[Tensor], list[Tensor]]:
     """Per sequence: captured features [T, k*H] (float32) and the target's greedy next token [T]."""
     features, labels = [], []
     with torch.inference_mode():
@@ -347,7 +347,7 @@ def ttt_loss(drafter: Eagle3Drafter, embed: torch.nn.Embedding, tokens: Tensor, 
     return total, accuracies
 
 
-def train_drafter(target: Target, corpus: list[list[int]], positions: tuple[int, ...], steps: int, batch_size: int,
+def train_drafter(target: TargetModel, corpus: list[list[int]], positions: tuple[int, ...], steps: int, batch_size: int,
                   ttt_steps: int, seed: int) -> Eagle3Drafter:
     features, greedy = distillation_data(target, corpus, positions)
     vocab = draft_vocabulary(greedy)

@@ -98,7 +98,7 @@ def command_output(ctx: typer.Context, json_mode: bool) -> Output:
     return output
 
 
-def target_hosts(profile_hosts: list[str], hosts: str | None, inventory: str | None) -> list[HostSpec]:
+def selected_hosts(profile_hosts: list[str], hosts: str | None, inventory: str | None) -> list[HostSpec]:
     """--hosts (names and groups, comma-separated), else the profile's hosts, resolved in the inventory."""
     from specctl.hosts.inventory import inventory_path, resolve_hosts
 

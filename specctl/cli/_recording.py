@@ -49,7 +49,7 @@ def recorded(
                 accept_new_host_key=accept_new_host_key,
                 secrets_env={n: os.environ[n] for n in secrets or () if n in os.environ},
                 cancel=cancel,
-                on_progress=lambda host, stage: output.hint(f"[dim]{host}[/]: {stage}"),
+                on_progress=lambda host, text: output.hint(f"[dim]{host}[/]: {text}"),
             )
             if budget_s is not None:
                 ctx.budget_s = budget_s

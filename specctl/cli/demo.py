@@ -68,7 +68,7 @@ def demo(
                 requests=requests,
                 cancel=cancel,
                 on_step=shown,
-                progress=lambda host, stage: status.update(f"{host}: {stage}"),
+                progress=lambda host, text: status.update(f"{host}: {text}"),
             )
     finally:
         status.stop()

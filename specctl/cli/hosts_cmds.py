@@ -21,7 +21,7 @@ from specctl.cli._options import (
     SshConfigOpt,
     command_output,
     engines_as_judge,
-    target_hosts,
+    selected_hosts,
 )
 from specctl.cli._recording import recorded
 from specctl.constants import STAGE_PARALLEL, STARTUP_BUDGET_S
@@ -158,7 +158,7 @@ def stage(
     output = command_output(ctx, json_mode)
     report = static.check(profile, offline=offline)
     p = report.inputs.profile
-    targets = target_hosts(p.hosts, hosts, inventory)
+    selected = selected_hosts(p.hosts, hosts, inventory)
     with recorded(
         output,
         ledger=ledger,
@@ -168,7 +168,7 @@ def stage(
         accept_new_host_key=accept_new_host_key,
         stage_parallel=stage_parallel,
     ) as rc:
-        reports = stage_hosts(rc, report, targets, dry_run=dry_run)
+        reports = stage_hosts(rc, report, selected, dry_run=dry_run)
     table = Table(
         "host",
         "checkpoint",
@@ -246,16 +246,16 @@ def deploy(
 
     output = command_output(ctx, json_mode)
     mode = checked_mode(baseline_mode)
-    # host paths this machine cannot see: read on every target host, refused when the hosts' copies differ
+    # host paths this machine cannot see: read on every selected host, refused when the hosts' copies differ
     report = static.check(
         profile,
         offline=offline,
         on_hosts=ReadOnHosts(
-            lambda p: target_hosts(p.hosts, hosts, inventory), ssh_config, accept_new_host_key, every=True
+            lambda p: selected_hosts(p.hosts, hosts, inventory), ssh_config, accept_new_host_key, every=True
         ),
     )
     report = engines_as_judge(
-        report, target_hosts(report.inputs.profile.hosts, hosts, inventory), ssh_config, accept_new_host_key
+        report, selected_hosts(report.inputs.profile.hosts, hosts, inventory), ssh_config, accept_new_host_key
     )
     errors = [f for f in report.findings if f.severity.value == "error"]
     if errors and not skip_check:
@@ -264,7 +264,7 @@ def deploy(
             f"{len(errors)} check error(s); nothing deployed",
             fix=f"fix them (specctl check {profile}) or pass --skip-check",
         )
-    targets = target_hosts(report.inputs.profile.hosts, hosts, inventory)
+    selected = selected_hosts(report.inputs.profile.hosts, hosts, inventory)
     p = report.inputs.profile
     if dry_run:
         import os
@@ -274,7 +274,7 @@ def deploy(
         rows = servers.preview(
             servers.Reach(ssh_config, accept_new_host_key),
             report,
-            targets,
+            selected,
             secrets_env={n: os.environ[n] for n in p.secrets if n in os.environ},
         )
         table = Table(
@@ -323,7 +323,7 @@ def deploy(
         reports = deploy_flow(
             rc,
             report,
-            targets,
+            selected,
             max_failures=max_failures,
             run_verify=not no_verify,
             auto_rollback=not no_rollback,
@@ -381,7 +381,7 @@ def status(
         servers.Reach(ssh_config, accept_new_host_key),
         p.metadata.name,
         p.engine.port,
-        target_hosts(p.hosts, hosts, inventory),
+        selected_hosts(p.hosts, hosts, inventory),
     )
     table = Table(
         "host", "current release", "running", "healthy", "state", title=f"{p.metadata.name}", title_justify="left"
@@ -421,7 +421,7 @@ def logs(
     name = p.metadata.name
     reach = Reach(ssh_config, accept_new_host_key)
     tails: list[tuple[str, LogTail]] = []
-    for spec in target_hosts(p.hosts, hosts, inventory):
+    for spec in selected_hosts(p.hosts, hosts, inventory):
         t, root = reach.open(spec)
         run_id = rel.linked(t, root, name)
         if run_id:
@@ -474,7 +474,7 @@ def stop(
     result = servers.stop(
         servers.Reach(ssh_config, accept_new_host_key),
         p.metadata.name,
-        target_hosts(p.hosts, hosts, inventory),
+        selected_hosts(p.hosts, hosts, inventory),
         command=shlex.join(["specctl", *sys.argv[1:]]),
     )
     stopped = {h: bool(r) if isinstance(r, list) else False for h, r in result.items()}
@@ -517,11 +517,13 @@ def unlock(
     output = command_output(ctx, json_mode)
     loaded = load_profile(profile, check_files=False)
     p = loaded.model
-    targets = target_hosts(p.hosts, hosts, inventory)
+    selected = selected_hosts(p.hosts, hosts, inventory)
     with recorded(
         output, ledger=ledger, reason=reason, ssh_config=ssh_config, accept_new_host_key=accept_new_host_key
     ) as rc:
-        run_id, removed = unlock_flow(rc, p.model_dump(mode="json", by_alias=True), loaded.sha256, targets, force=force)
+        run_id, removed = unlock_flow(
+            rc, p.model_dump(mode="json", by_alias=True), loaded.sha256, selected, force=force
+        )
     output.result(
         {"run": run_id, "unlocked": removed},
         "\n".join(f"{h}: removed lock of {lock.describe(w)}" if w else f"{h}: not locked" for h, w in removed.items()),

@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from specctl.profile.inventory import KubernetesCluster
 
 
-_K8S = "Kubernetes (--target k8s)"
+_K8S = "Kubernetes (--platform k8s)"
 
 
 def register(app: typer.Typer) -> None:
@@ -150,14 +150,18 @@ def render(
     offline: OfflineOpt = False,
     assume_convention: AssumeOpt = None,
     engine_python: EnginePythonOpt = None,
-    target: Annotated[
+    platform: Annotated[
         Literal["sh", "k8s"],
         typer.Option(
-            "--target",
+            "--platform",
             help="Launch scripts for hosts (sh), or Kubernetes manifests (k8s): a Deployment, or a LeaderWorkerSet "
             "for several nodes, with its Service and ConfigMap.",
         ),
     ] = "sh",
+    target: Annotated[
+        Literal["sh", "k8s"] | None,
+        typer.Option("--target", hidden=True, help="The old name of --platform, still accepted."),
+    ] = None,
     image: Annotated[
         str | None,
         typer.Option(
@@ -225,14 +229,22 @@ def render(
     inventory: InventoryOpt = None,
 ) -> None:
     """Print the exact launch command(s) of a profile, deterministic and shell-quoted; or, with
-    --target k8s, the Kubernetes objects that run the same argv and environment."""
+    --platform k8s, the Kubernetes objects that run the same argv and environment."""
     from specctl.flows import static
     from specctl.plan.render import render_json, render_sh
 
     output = _output(ctx, json_mode)
-    if target == "k8s" and (node is not None or fmt != "sh"):
+    if target is not None:  # the option's old name: old command lines keep working
+        if platform not in ("sh", target):
+            raise InputError(
+                f"--target {target} and --platform {platform} disagree",
+                fix="pass --platform alone (--target is its old name)",
+            )
+        platform = target
+        output.hint("[dim]--target is the old name of --platform; it is still accepted[/]")
+    if platform == "k8s" and (node is not None or fmt != "sh"):
         raise InputError(
-            "--node and --format choose among launch scripts; --target k8s renders every node as one set of objects",
+            "--node and --format choose among launch scripts; --platform k8s renders every node as one set of objects",
             fix="drop them (--json prints the objects as JSON)",
         )
     report = static.check(profile, offline=offline, assume_convention=assume_convention, engine_python=engine_python)
@@ -240,7 +252,7 @@ def render(
     errors = [
         f
         for f in report.findings
-        if f.severity.value == "error" and not (target == "k8s" and f.code == "parallel-hosts")
+        if f.severity.value == "error" and not (platform == "k8s" and f.code == "parallel-hosts")
     ]
     if errors and not force:
         from specctl.cli.views import findings_view
@@ -249,7 +261,7 @@ def render(
         raise CheckFailed(
             f"{len(errors)} check error(s); nothing rendered", fix=f"fix them (specctl check {profile}) or pass --force"
         )
-    if target == "k8s":
+    if platform == "k8s":
         from specctl.plan import k8s
 
         site = _kubernetes_entry(cluster, inventory)

@@ -126,7 +126,7 @@ def show(
     from rich.console import Group
     from rich.pretty import Pretty
 
-    from specctl.cli.views import stages_view, verdict_view
+    from specctl.cli.views import steps_view, verdict_view
     from specctl.ledger.history import find_run
 
     output = command_output(ctx, json_mode)
@@ -152,7 +152,7 @@ def show(
         else:
             views.append(Pretty({"host": record.host, "release": record.release, "verdict": record.verdict}))
     if found.events:
-        views.append(stages_view(found.events))
+        views.append(steps_view(found.events))
     output.result(found.to_dict(), Group(*views))
 
 

@@ -20,7 +20,7 @@ from specctl.cli._options import (
     ReasonOpt,
     SshConfigOpt,
     command_output,
-    target_hosts,
+    selected_hosts,
 )
 from specctl.cli._recording import recorded
 from specctl.constants import STARTUP_BUDGET_S
@@ -84,10 +84,10 @@ def tune(
         raise CheckFailed(
             f"{len(errors)} check error(s); nothing tuned", fix=f"fix them first (specctl check {profile})"
         )
-    targets = target_hosts(report.inputs.profile.hosts, hosts, inventory)
-    if len(targets) != 1:
+    selected = selected_hosts(report.inputs.profile.hosts, hosts, inventory)
+    if len(selected) != 1:
         raise InputError(
-            f"tune measures on one host; {len(targets)} were named ({', '.join(h.name for h in targets)})",
+            f"tune measures on one host; {len(selected)} were named ({', '.join(h.name for h in selected)})",
             fix="pass --host NAME",
         )
     p = report.inputs.profile
@@ -100,7 +100,7 @@ def tune(
         accept_new_host_key=accept_new_host_key,
         budget_s=startup_timeout,
     ) as rc:
-        result = tune_flow(rc, report, targets[0], apply=apply, output=output_file, baseline_mode=mode)
+        result = tune_flow(rc, report, selected[0], apply=apply, output=output_file, baseline_mode=mode)
     data = result.to_dict()
     if html is not None:
         from specctl.cli.charts import tune_report

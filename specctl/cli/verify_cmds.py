@@ -18,7 +18,7 @@ from specctl.cli._options import (
     ReasonOpt,
     SshConfigOpt,
     command_output,
-    target_hosts,
+    selected_hosts,
 )
 from specctl.cli._recording import recorded
 from specctl.errors import CheckFailed, HostError, InputError
@@ -52,7 +52,7 @@ def verify(
     output = command_output(ctx, json_mode)
     mode = checked_mode(baseline_mode)
     report = static.check(profile, offline=offline)
-    targets = target_hosts(report.inputs.profile.hosts, hosts, inventory)
+    selected = selected_hosts(report.inputs.profile.hosts, hosts, inventory)
     with recorded(
         output,
         ledger=ledger,
@@ -61,7 +61,7 @@ def verify(
         ssh_config=ssh_config,
         accept_new_host_key=accept_new_host_key,
     ) as rc:
-        reports = verify_flow(rc, report, targets, baseline_mode=mode)
+        reports = verify_flow(rc, report, selected, baseline_mode=mode)
     show_reports(output, reports, f"verify {report.inputs.profile.metadata.name}")
     if not all(r.ok for r in reports):
         raise typer.Exit(HostError.exit_code)
@@ -90,7 +90,7 @@ def baseline(
 
     output = command_output(ctx, json_mode)
     report = static.check(profile, offline=offline)
-    targets = target_hosts(report.inputs.profile.hosts, hosts, inventory)
+    selected = selected_hosts(report.inputs.profile.hosts, hosts, inventory)
     rows: list[dict[str, Any]] = []
     with recorded(
         output,
@@ -100,7 +100,7 @@ def baseline(
         ssh_config=ssh_config,
         accept_new_host_key=accept_new_host_key,
     ) as rc:
-        for host in targets:
+        for host in selected:
             run_id, measured = baseline_flow(rc, report, host)
             rows += baseline_rows(host.name, run_id, measured)
     output.result({"baselines": rows}, baseline_view(rows))
@@ -135,18 +135,18 @@ def rollback(
     from specctl.ledger.ledger import Ledger, ledger_path
 
     output = command_output(ctx, json_mode)
-    name, to_run, to_version, run_hosts = _rollback_target(profile, to, Ledger(ledger_path(ledger), readonly=True))
-    targets = target_hosts(run_hosts, hosts, inventory)
+    name, to_run, to_version, run_hosts = _rollback_choice(profile, to, Ledger(ledger_path(ledger), readonly=True))
+    selected = selected_hosts(run_hosts, hosts, inventory)
     with recorded(
         output, ledger=ledger, reason=reason, ssh_config=ssh_config, accept_new_host_key=accept_new_host_key
     ) as rc:
-        reports = [rollback_flow(rc, host, name, to_run=to_run, to_version=to_version) for host in targets]
+        reports = [rollback_flow(rc, host, name, to_run=to_run, to_version=to_version) for host in selected]
     show_reports(output, reports, f"rollback {name}")
     if not all(r.passed for r in reports):
         raise typer.Exit(CheckFailed.exit_code)
 
 
-def _rollback_target(profile: str | None, to: str | None, book) -> tuple[str, str | None, int | None, list[str]]:  # type: ignore[no-untyped-def]
+def _rollback_choice(profile: str | None, to: str | None, book) -> tuple[str, str | None, int | None, list[str]]:  # type: ignore[no-untyped-def]
     """(profile name, run id, version, hosts the profile was deployed to) from the arguments and the ledger."""
     from pathlib import Path
 

@@ -226,17 +226,17 @@ def baseline_view(rows: Sequence[Mapping[str, Any]]) -> RenderableType:
     return table
 
 
-def stages_view(events: Sequence[Any]) -> RenderableType:
-    """A run's stage boundaries per host: each stage with how it ended and how long it took."""
+def steps_view(events: Sequence[Any]) -> RenderableType:
+    """A run's step boundaries per host: each step with how it ended and how long it took."""
     from rich.table import Table
 
-    table = Table("host", "stage", "result", "took", "detail", title="stages", title_justify="left")
+    table = Table("host", "step", "result", "took", "detail", title="steps", title_justify="left")
     began: dict[tuple[str, str], str] = {}
     for e in events:
         if e.event == "began":
-            began[(e.host, e.stage)] = e.at
+            began[(e.host, e.step)] = e.at
             continue
-        start = began.get((e.host, e.stage))
+        start = began.get((e.host, e.step))
         took = "-"
         if start and e.event in ("ended", "failed"):
             seconds = datetime.fromisoformat(e.at.replace("Z", "+00:00")) - datetime.fromisoformat(
@@ -244,7 +244,7 @@ def stages_view(events: Sequence[Any]) -> RenderableType:
             )
             took = f"{seconds.total_seconds():.1f} s"
         style = {"failed": "bold red", "undo-failed": "bold red", "undone": "yellow"}.get(e.event, "")
-        table.add_row(e.host, e.stage, Text(e.event, style=style), took, Text(e.detail or ""))
+        table.add_row(e.host, e.step, Text(e.event, style=style), took, Text(e.detail or ""))
     return table
 
 

@@ -183,8 +183,8 @@ class Engine(Protocol):
         """The Python distribution whose version is the engine version on a host."""
         ...
 
-    def startup_stages(self) -> Sequence[tuple[str, str]]:
-        """(log line marker, stage shown to people) pairs, to show start-up progress from the server log."""
+    def startup_phases(self) -> Sequence[tuple[str, str]]:
+        """(log line marker, phase shown to people) pairs, to show start-up progress from the server log."""
         ...
 
     def reserved_flags(self) -> Mapping[str, str]:

@@ -1,1 +1,1 @@
-"""Flows compose the stages (profile -> plan -> release -> verdict -> ledger) for one command."""
+"""Flows compose the parts (profile -> plan -> release -> verdict -> ledger) into one command's steps."""

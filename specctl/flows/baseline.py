@@ -74,7 +74,7 @@ def baseline(ctx: Context, report: CheckReport, host: HostSpec) -> tuple[str, Ba
                 port=profile.engine.port,
                 python=profile.engine.python,
                 distribution=report.inputs.engine.distribution(),
-                startup_stages=report.inputs.engine.startup_stages(),
+                startup_phases=report.inputs.engine.startup_phases(),
                 budget_s=ctx.budget_s,
                 files=release_contents(
                     report,

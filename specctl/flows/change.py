@@ -1,4 +1,4 @@
-"""Bringing a release up on a host in place of what runs there: the stages that deploy, rollback
+"""Bringing a release up on a host in place of what runs there: the steps that deploy, rollback
 and baseline share, each with its undo.
 
     preflight -> stage -> materialise -> stop previous -> start -> ready -> switch
@@ -36,14 +36,14 @@ CONFIRM_MARGIN_S = 30.0  # past its start-up budget, how long a started release 
 
 @dataclass
 class Change:
-    """One host's move from what runs to `release`: what the stages learn and hand on."""
+    """One host's move from what runs to `release`: what the steps learn and hand on."""
 
     session: HostSession
     release: rel.Release
     port: int
     python: str
     distribution: str
-    startup_stages: Sequence[tuple[str, str]]
+    startup_phases: Sequence[tuple[str, str]]
     budget_s: float
     # to write (deploy, baseline), or made from what staging found on the host; None: the release exists
     files: Files | Callable[[Mapping[str, staging.Staged]], Files] | None = None
@@ -198,7 +198,7 @@ def restore(s: HostSession, run_id: str) -> None:
         s.platform,
         release,
         docs.port,
-        get_engine(docs.profile.engine.name).startup_stages(),
+        get_engine(docs.profile.engine.name).startup_phases(),
         handle=handle,
         budget_s=budget,
         on_progress=s.progress,
@@ -247,7 +247,7 @@ def ready(c: Change) -> None:
             s.platform,
             c.release,
             c.port,
-            c.startup_stages,
+            c.startup_phases,
             handle=c.handle,
             budget_s=c.budget_s,
             on_progress=s.progress,

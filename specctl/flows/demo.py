@@ -4,7 +4,7 @@ In a work directory it writes two versions of a profile for the shipped tiny mod
 drafter on the layers it was trained on; v2 "fixes" its ids to a same-width wrong list, the seed
 incident in miniature), an inventory naming the `local` host with its state directory inside the
 work directory, and a ledger. Then it runs the flows the commands run, on the `local` host (the
-same release, stage and verify code as an SSH host):
+same release, staging and verify code as an SSH host):
 
     check v1                  ok
     deploy v1                 verified (accept length gate 3.0), becomes known-good
@@ -201,7 +201,7 @@ def run_demo(
     requests: int = 24,
     cancel: CancelToken = NEVER,
     on_step: Callable[[DemoStep], None] = lambda step: None,
-    progress: Callable[[str, str], None] = lambda host, stage: None,
+    progress: Callable[[str, str], None] = lambda host, text: None,
 ) -> DemoResult:
     """Check, deploy, baseline, deploy the broken version, read the ledger, check again, stop."""
     from specctl.flows.baseline import baseline

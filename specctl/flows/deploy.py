@@ -190,7 +190,7 @@ class Deploy:
             port=p.engine.port,
             python=p.engine.python,
             distribution=engine.distribution(),
-            startup_stages=engine.startup_stages(),
+            startup_phases=engine.startup_phases(),
             budget_s=self.ctx.budget_s,
             files=files,
             ready_gate=self.gate,

@@ -132,7 +132,7 @@ def probe_fleet(
 def _build(t: Transport, python: str, source: str) -> Build:
     try:
         done = t.run([python, "-c", source], check=False, timeout_s=60, retry=True)
-    except HostError as exc:  # an unreachable host is not asked; the deploy's own stages decide about it
+    except HostError as exc:  # an unreachable host is not asked; the deploy's own steps decide about it
         return Build(None, None, f"{t.name} cannot be reached: {exc.message}")
     try:
         answer = json.loads(done.stdout.strip().splitlines()[-1])

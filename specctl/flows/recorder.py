@@ -1,4 +1,4 @@
-"""The one sink through which a flow writes the ledger: a run opened and closed, its stage
+"""The one sink through which a flow writes the ledger: a run opened and closed, its step
 boundaries, what it did on each host, and the copy of the run each release directory keeps."""
 
 from __future__ import annotations
@@ -27,12 +27,12 @@ class Recorder:
         self._fields = fields
 
     def events(self, host: str) -> Events:
-        """The stage-boundary sink of one host: each boundary is a ledger row, and a line of progress."""
+        """The step-boundary sink of one host: each boundary is a ledger row, and a line of progress."""
 
-        def emit(stage: str, event: str, detail: str | None) -> None:
+        def emit(step: str, event: str, detail: str | None) -> None:
             if event in ("failed", "undone", "undo-failed"):
-                self.ctx.on_progress(host, f"{stage} {event}" + (f": {detail}" if detail else ""))
-            self.ctx.ledger.record_event(self.run_id, host, stage, event, detail)
+                self.ctx.on_progress(host, f"{step} {event}" + (f": {detail}" if detail else ""))
+            self.ctx.ledger.record_event(self.run_id, host, step, event, detail)
 
         return emit
 

@@ -1,5 +1,5 @@
 """Rollback: restart an exact stored release, verify it again, move `current`
-(and `known-good` when it passes). The default target is the newest release on that host whose
+(and `known-good` when it passes). By default the rollback chooses the newest release on that host whose
 verdict passed and which is not current; the host's own files say which those are."""
 
 from __future__ import annotations
@@ -68,10 +68,10 @@ def _json(text: str) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
-def choose_target(
+def choose_release(
     states: list[ReleaseState], current: str | None, *, to_run: str | None = None, to_version: int | None = None
 ) -> ReleaseState:
-    """The release to go back to: the named run, the newest passing release of a version, or the
+    """The rollback's choice, the release to go back to: the named run, the newest passing release of a version, or the
     newest passing release that is not current."""
     if to_run:
         match = [s for s in states if s.run_id == to_run or s.run_id.startswith(to_run)]
@@ -114,11 +114,11 @@ def rollback(
     a release that is not whole is refused before anything stops."""
     session = ctx.session(host, profile)
     current = session.current()
-    target = choose_target(
+    chosen = choose_release(
         release_states(session.transport, session.root, profile), current, to_run=to_run, to_version=to_version
     )
-    docs = session.docs(target.run_id)
-    release = session.release(target.run_id)
+    docs = session.docs(chosen.run_id)
+    release = session.release(chosen.run_id)
     held = False
     try:
         with recording(
@@ -130,7 +130,7 @@ def rollback(
             profile_sha256=docs.summary.get("sha256"),
             engine=docs.profile.engine.name,
             engine_version=docs.profile.engine.version,
-            inputs={"from": current, "to": target.run_id},
+            inputs={"from": current, "to": chosen.run_id},
         ) as rec:
             session.hold(rec.run_id)
             held = True
@@ -141,40 +141,40 @@ def rollback(
                 port=docs.port,
                 python=docs.profile.engine.python,
                 distribution=engine.distribution(),
-                startup_stages=engine.startup_stages(),
+                startup_phases=engine.startup_phases(),
                 budget_s=rel.startup_budget(release, STARTUP_BUDGET_S),
             )
             Walk(rec.events(host.name), before=ctx.cancel.check).run(change.steps())
             try:
-                retire(session, target.run_id)  # a cluster's job that replaced it stops now that it is current again
+                retire(session, chosen.run_id)  # a cluster's job that replaced it stops now that it is current again
             except HostError as exc:
                 session.progress(
-                    f"the servers of the releases after {target.run_id} could not be stopped: {exc.message}"
+                    f"the servers of the releases after {chosen.run_id} could not be stopped: {exc.message}"
                 )
             mode = (
                 "auto"
                 if report is not None and report.inputs.profile_sha256 == docs.summary.get("sha256")
                 else "ledger"
             )
-            verdict = verify_and_record(rec, session, target.run_id, report=report, baseline_mode=mode)
+            verdict = verify_and_record(rec, session, chosen.run_id, report=report, baseline_mode=mode)
             rec.outcome.status = "succeeded" if verdict.passed else "failed"
             rec.outcome.verdict = {
                 "passed": verdict.passed,
                 "from": current,
-                "to": target.run_id,
+                "to": chosen.run_id,
                 "hosts": {host.name: verdict.to_dict()},
             }
         held = False
-        rec.keep(session, target.run_id, let_go=True)  # the run's copy, and the lock released, in one round trip
+        rec.keep(session, chosen.run_id, let_go=True)  # the run's copy, and the lock released, in one round trip
     finally:
         if held:
             session.let_go()
     return HostReport(
         host.name,
         True,
-        target.run_id,
-        f"rolled back from {current} to {target.run_id}" + ("" if verdict.passed else " (its verify FAILED too)"),
+        chosen.run_id,
+        f"rolled back from {current} to {chosen.run_id}" + ("" if verdict.passed else " (its verify FAILED too)"),
         verdict.to_dict(),
-        target.run_id,
+        chosen.run_id,
         verdict.to_dict(),
     )

@@ -1,6 +1,6 @@
 """What a command that acts on hosts carries: the context (ledger, SSH options, secrets, signals,
 progress) and one session per host (its connection, state directory, lock and the release
-documents it has read), so a stage's signature is `(session)` and not eleven parameters."""
+documents it has read), so a step's signature is `(session)` and not eleven parameters."""
 
 from __future__ import annotations
 
@@ -34,7 +34,7 @@ class Context:
     secrets_env: dict[str, str] = field(default_factory=dict)
     budget_s: float = STARTUP_BUDGET_S
     cancel: CancelToken = NEVER
-    on_progress: Callable[[str, str], None] = lambda host, stage: None
+    on_progress: Callable[[str, str], None] = lambda host, text: None
     on_event: Callable[[str, dict[str, Any]], None] = lambda host, event: None  # structured progress (--json)
     stage_slots: threading.BoundedSemaphore = field(default_factory=lambda: threading.BoundedSemaphore(STAGE_PARALLEL))
 
@@ -109,8 +109,8 @@ class HostSession:
             self._docs[run_id] = read_release(self.release(run_id))
         return self._docs[run_id]
 
-    def progress(self, stage: str) -> None:
-        self.ctx.on_progress(self.name, stage)
+    def progress(self, text: str) -> None:
+        self.ctx.on_progress(self.name, text)
 
     def hold(self, run_id: str) -> None:
         """Take the profile's host lock, or share the hold of an outer flow (a rollback inside a

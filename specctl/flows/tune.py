@@ -1,7 +1,7 @@
 """`specctl tune`: search the speculative settings of a profile on a live host.
 
 Each candidate of the profile's `tune:` grid (plan/candidates.py) is a release of the profile with
-only `speculative` replaced, brought up with the stages every deploy uses
+only `speculative` replaced, brought up with the steps every deploy uses
 
     preflight -> stage -> materialise -> stop previous -> start -> ready -> switch     (flows/change.py)
 
@@ -187,7 +187,7 @@ def candidate_report(report: CheckReport, candidate: Candidate, run_id: str) -> 
 
 @dataclass
 class Search:
-    """One tune run on one host: what every candidate's stages and measurement share."""
+    """One tune run on one host: what every candidate's steps and measurement share."""
 
     ctx: Context
     report: CheckReport
@@ -212,7 +212,7 @@ class Search:
             port=p.engine.port,
             python=p.engine.python,
             distribution=engine.distribution(),
-            startup_stages=engine.startup_stages(),
+            startup_phases=engine.startup_phases(),
             budget_s=self.ctx.budget_s,
             files=lambda staged: release_contents(creport, the_plan, node, staged),
             checkpoints=profile_checkpoints(p, baseline=False),
@@ -296,7 +296,7 @@ class Search:
     def _events(self, candidate: Candidate) -> Events:
         """Step boundaries in the ledger, each named with its candidate."""
         emit = self.rec.events(self.session.name)
-        return lambda stage, event, detail: emit(f"{stage} [{candidate.key}]", event, detail)
+        return lambda step, event, detail: emit(f"{step} [{candidate.key}]", event, detail)
 
     def _measure(self, release: rel.Release) -> Measurement:
         """The objective's point, in batches, until the candidate is dropped or reaches the planned count."""
@@ -347,7 +347,7 @@ def _mark_candidate(release: rel.Release, run_id: str) -> None:
 
 
 def give_back(ctx: Context, session: HostSession, original: str | None, events: Events) -> None:
-    """Leave the host on the release it had before the tune: started again through the same stages
+    """Leave the host on the release it had before the tune: started again through the same steps
     (its own files), or, when nothing of the profile was current, nothing running and no `current`.
     A signal asks to be quick: the release is started, not waited for."""
     platform = session.platform
@@ -371,11 +371,11 @@ def give_back(ctx: Context, session: HostSession, original: str | None, events: 
         port=docs.port,
         python=docs.profile.engine.python,
         distribution=engine.distribution(),
-        startup_stages=engine.startup_stages(),
+        startup_phases=engine.startup_phases(),
         budget_s=rel.startup_budget(release, STARTUP_BUDGET_S),
     )
     session.progress(f"giving the host back to {original}")
-    Walk(lambda stage, event, detail: events(f"{stage} [give back]", event, detail)).run(change.steps())
+    Walk(lambda step, event, detail: events(f"{step} [give back]", event, detail)).run(change.steps())
 
 
 def tune(

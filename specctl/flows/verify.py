@@ -177,7 +177,7 @@ def verify_and_record(
     baseline_mode: str,
     extra_findings: Sequence[Finding] = (),
 ) -> HostVerdict:
-    """The verify stage of every flow: measure against the matching baseline, record the verdict in
+    """The verify step of every flow: measure against the matching baseline, record the verdict in
     the ledger and in the release, and move `known-good` when it passed. The caller holds the lock."""
     verdict = verify_release(session, run_id, baseline=baseline_for(session, run_id, report, baseline_mode))
     verdict.findings = [*extra_findings, *verdict.findings]

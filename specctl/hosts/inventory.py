@@ -89,9 +89,9 @@ def resolve_hosts(names: Sequence[str], inventory: Path | None) -> list[HostSpec
 
 def _ssh(entry: Host) -> tuple[str | None, dict[str, object]]:
     """(ssh_config alias, connection overrides) of an inventory host."""
-    from specctl.profile.inventory import SshDestination
+    from specctl.profile.inventory import SshSettings
 
-    if isinstance(entry.ssh, SshDestination):
+    if isinstance(entry.ssh, SshSettings):
         return None, {k: v for k, v in entry.ssh.model_dump().items() if v is not None}
     return (entry.ssh, {}) if isinstance(entry.ssh, str) else (None, {})
 
@@ -106,7 +106,7 @@ def _cluster_spec(
     if isinstance(cluster, KubernetesCluster):
         raise InputError(
             f"{name} is a Kubernetes cluster: specctl renders its objects but does not apply them yet",
-            fix=f"specctl render PROFILE --target k8s --cluster {name} --inventory {inventory} | kubectl apply -f -",
+            fix=f"specctl render PROFILE --platform k8s --cluster {name} --inventory {inventory} | kubectl apply -f -",
         )
     if cluster.login == LOCAL:
         return HostSpec(name, cluster.root, cluster.python, None, {}, slurm=cluster)

@@ -81,7 +81,7 @@ MIGRATIONS: tuple[str, ...] = (
     ALTER TABLE runs ADD COLUMN parent TEXT REFERENCES runs(id);
     ALTER TABLE runs ADD COLUMN baseline_key TEXT;
     """,
-    # 3: the stage boundaries of a run on each host, in the order they happened
+    # 3: the step boundaries of a run on each host, in the order they happened
     """
     CREATE TABLE run_events (
         run_id TEXT NOT NULL REFERENCES runs(id),
@@ -94,8 +94,14 @@ MIGRATIONS: tuple[str, ...] = (
         PRIMARY KEY (run_id, seq)
     );
     """,
+    # 4: a deploy's unit of work is a step (staging is fetching weights)
+    """
+    ALTER TABLE run_events RENAME COLUMN stage TO step;
+    """,
 )
 SCHEMA_VERSION = len(MIGRATIONS)
+# the oldest schema a reading command reads as it is: 3 differs from 4 only in the events' column name
+READABLE_SCHEMA = 3
 BUSY_TIMEOUT_S = 30.0  # how long a command waits for another one's write before it says the ledger is locked
 
 
@@ -131,10 +137,10 @@ class HostRecord:
 
 @dataclass(frozen=True)
 class StepEvent:
-    """One stage boundary of a run on one host: `event` is one of EVENTS, `detail` free text or JSON."""
+    """One step boundary of a run on one host: `event` is one of EVENTS, `detail` free text or JSON."""
 
     host: str
-    stage: str
+    step: str
     event: str
     at: str
     detail: str | None
@@ -165,7 +171,7 @@ class Run:
     parent: str | None
     baseline_key: str | None
     host_records: tuple[HostRecord, ...] = ()
-    # None when not read: `get` reads them; listings skip them (two per stage and host: 50 deploys
+    # None when not read: `get` reads them; listings skip them (two per step and host: 50 deploys
     # of 100 hosts are 80,000 rows, about 60 times the cost of the listing itself)
     events: tuple[StepEvent, ...] | None = None
 
@@ -199,6 +205,7 @@ class Ledger:
         self.path = path
         self.readonly = readonly
         self._lock = threading.RLock()  # host threads share the connection, one statement group at a time
+        self._step_column = "step"  # a schema-3 ledger read as it is names it `stage`
         self.db = self._connect_for_reading() if readonly else self._connect()
         try:
             with self._guard("opening it"):
@@ -320,6 +327,8 @@ class Ledger:
             self.db.row_factory = sqlite3.Row
         elif version > SCHEMA_VERSION:
             raise _newer_schema(self.path, version)
+        elif version == READABLE_SCHEMA:
+            self._step_column = "stage"
         elif version < SCHEMA_VERSION:
             raise LedgerError(
                 f"{self.path} has ledger schema {version}; this specctl reads schema {SCHEMA_VERSION}"
@@ -443,18 +452,18 @@ class Ledger:
                 ),
             )
 
-    def record_event(self, run_id: str, host: str, stage: str, event: str, detail: str | None = None) -> int:
-        """A stage boundary of a run on one host (`event` one of EVENTS); returns its number in the
+    def record_event(self, run_id: str, host: str, step: str, event: str, detail: str | None = None) -> int:
+        """A step boundary of a run on one host (`event` one of EVENTS); returns its number in the
         run, 1 up, taken in the same transaction so concurrent hosts never share one."""
         if event not in EVENTS:
-            raise ValueError(f"a stage event is one of {EVENTS}, not {event}")
-        with self._writing(f"recording {stage} {event} on {host} for run {run_id}") as db:
+            raise ValueError(f"a step event is one of {EVENTS}, not {event}")
+        with self._writing(f"recording {step} {event} on {host} for run {run_id}") as db:
             seq = int(
                 db.execute("SELECT COALESCE(MAX(seq), 0) + 1 FROM run_events WHERE run_id = ?", (run_id,)).fetchone()[0]
             )
             db.execute(
-                "INSERT INTO run_events (run_id, seq, host, stage, event, at, detail) VALUES (?, ?, ?, ?, ?, ?, ?)",
-                (run_id, seq, host, stage, event, now(), detail),
+                "INSERT INTO run_events (run_id, seq, host, step, event, at, detail) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (run_id, seq, host, step, event, now(), detail),
             )
         return seq
 
@@ -513,7 +522,7 @@ class Ledger:
 
     # --- reading ---------------------------------------------------------------------------------
     def get(self, run_id: str) -> Run:
-        """A run by id or unique id prefix, whole: with its hosts and its stage events."""
+        """A run by id or unique id prefix, whole: with its hosts and its step events."""
         rows = self._query("SELECT * FROM runs WHERE id = ? OR id LIKE ? ORDER BY id", (run_id, run_id + "%"))
         exact = [r for r in rows if r["id"] == run_id]
         if not rows or (len(rows) > 1 and not exact):
@@ -525,11 +534,13 @@ class Ledger:
         return replace(run, events=tuple(self.events(run.id)))
 
     def events(self, run_id: str) -> list[StepEvent]:
-        """The stage boundaries of a run (exact id), in the order they were recorded."""
+        """The step boundaries of a run (exact id), in the order they were recorded."""
         rows = self._query(
-            "SELECT host, stage, event, at, detail FROM run_events WHERE run_id = ? ORDER BY seq", (run_id,)
+            f"SELECT host, {self._step_column} AS step, event, at, detail"
+            " FROM run_events WHERE run_id = ? ORDER BY seq",
+            (run_id,),
         )
-        return [StepEvent(r["host"], r["stage"], r["event"], r["at"], r["detail"]) for r in rows]
+        return [StepEvent(r["host"], r["step"], r["event"], r["at"], r["detail"]) for r in rows]
 
     def runs(
         self, *, profile: str | None = None, host: str | None = None, kind: str | None = None, limit: int | None = None

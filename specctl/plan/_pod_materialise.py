@@ -2,7 +2,7 @@
 directory the server's argv names (the drafter overlay and the plan's files), as a deploy does in
 `releases/<run-id>/` on a host.
 
-Never imported by specctl: `render --target k8s` ships this file in the ConfigMap (see plan/k8s.py)
+Never imported by specctl: `render --platform k8s` ships this file in the ConfigMap (see plan/k8s.py)
 and passes one JSON argument. Self-contained: the standard library, and huggingface_hub (installed
 wherever the engine is) to find a Hub drafter's snapshot, which the `stage` init container has
 already put in the cache, so nothing is fetched here.

@@ -1,4 +1,4 @@
-"""Kubernetes manifests for a Plan: what `specctl render --target k8s` prints. Pure: data in, dicts out.
+"""Kubernetes manifests for a Plan: what `specctl render --platform k8s` prints. Pure: data in, dicts out.
 
 One node is a Deployment, several are a LeaderWorkerSet (LWS) of one group of `parallel.nnodes`
 pods; either comes with a Service on `engine.port` and, when the release directory has files, a
@@ -189,7 +189,7 @@ def banner(inputs: Inputs, options: K8sOptions, *, baseline: bool) -> str:
     name, secret = options.names(p.metadata.name, baseline)
     kind = "a LeaderWorkerSet (the LWS controller must be installed)" if p.parallel.nnodes > 1 else "a Deployment"
     lines = [
-        f"specctl render --target k8s: profile {p.metadata.name} v{p.metadata.version} "
+        f"specctl render --platform k8s: profile {p.metadata.name} v{p.metadata.version} "
         f"({'baseline' if baseline else 'speculative'}), sha256 {inputs.profile_sha256}",
         f"{kind} {name} and the Service {name}-api on port {p.engine.port}",
     ]

@@ -30,7 +30,7 @@ def state_directory(root: str) -> str:
     return root
 
 
-class SshDestination(StrictModel):
+class SshSettings(StrictModel):
     hostname: str
     user: str | None = None
     port: Annotated[int | None, Field(ge=1, le=65535)] = None
@@ -40,7 +40,7 @@ class SshDestination(StrictModel):
 
 class Host(StrictModel):
     ssh: Annotated[
-        str | SshDestination | None, Field(description="an alias from ~/.ssh/config, or connection details")
+        str | SshSettings | None, Field(description="an alias from ~/.ssh/config, or connection details")
     ] = None
     root: Annotated[str, Field(description="remote state directory")] = "~/.specctl"
     address: Annotated[
@@ -105,7 +105,7 @@ class SlurmCluster(StrictModel):
 
 
 class KubernetesCluster(StrictModel):
-    """A Kubernetes cluster: what `render --target k8s --cluster NAME` writes into the objects
+    """A Kubernetes cluster: what `render --platform k8s --cluster NAME` writes into the objects
     (each also a flag of render, which wins). specctl does not apply them itself yet."""
 
     kind: Literal["kubernetes"]

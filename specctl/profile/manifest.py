@@ -59,7 +59,7 @@ class Training(StrictModel):
     notes: str | None = None
 
 
-class Metadata(StrictModel):
+class ManifestMetadata(StrictModel):
     name: str
     description: str = ""
 
@@ -69,7 +69,7 @@ class DrafterManifest(StrictModel):
 
     api_version: Literal["specctl/v1"] = Field("specctl/v1", alias="apiVersion")
     kind: Literal["DrafterManifest"] = "DrafterManifest"
-    metadata: Metadata
+    metadata: ManifestMetadata
     drafter: ManifestDrafter
     target: ManifestTarget
     capture: Capture

@@ -1,4 +1,4 @@
-"""The Profile: what to serve. Pure, frozen data; the first stage of the flow."""
+"""The Profile: what to serve. Pure, frozen data; where the flow (profile -> plan -> release) begins."""
 
 from __future__ import annotations
 
@@ -165,7 +165,7 @@ class Hardware(StrictModel):
         return gpu
 
 
-class Engine(StrictModel):
+class EngineSettings(StrictModel):
     name: Annotated[str, Field(description="engine name from specctl's engine registry")]
     version: Annotated[str, Field(description='exact engine version, e.g. "0.5.23" (quoted)')]
     python: Annotated[str, Field(description="interpreter on the host that has the engine installed")] = "python3"
@@ -293,7 +293,7 @@ class Profile(StrictModel):
     speculative: Speculative = Speculative()
     parallel: Parallel = Parallel()
     hardware: Hardware
-    engine: Engine
+    engine: EngineSettings
     secrets: list[Annotated[str, Field(pattern=ENV_NAME_RE)]] = []
     verify: Verify = Verify()
     hosts: list[str] = []

@@ -1,6 +1,6 @@
 """Waiting for a started server: ready means a real generation answered (`/health_generate`).
 
-Readiness is asked over HTTP and the server's liveness and log over SSH (from its target: a process
+Readiness is asked over HTTP and the server's liveness and log over SSH (from its platform: a process
 group, or a scheduler's job, which may first wait in a queue); a connection that drops and comes
 back in the middle only costs a poll, and one that stays down ends the wait at its budget.
 """
@@ -25,12 +25,12 @@ class StartupFailed(HostError):
         self.log = log
 
 
-def stage_of(lines: Sequence[str], stages: Sequence[tuple[str, str]]) -> str:
-    """The latest start-up stage the log shows."""
+def phase_of(lines: Sequence[str], phases: Sequence[tuple[str, str]]) -> str:
+    """The latest start-up phase the log shows (weights loaded, CUDA graphs captured, ...)."""
     reached = "starting"
-    for marker, stage in stages:
+    for marker, phase in phases:
         if any(marker in line for line in lines):
-            reached = stage
+            reached = phase
     return reached
 
 
@@ -38,17 +38,17 @@ def wait_ready(
     platform: Platform,
     release: Release,
     port: int,
-    stages: Sequence[tuple[str, str]],
+    phases: Sequence[tuple[str, str]],
     *,
     handle: int,
     budget_s: float,
-    on_progress: Callable[[str], None] = lambda stage: None,
+    on_progress: Callable[[str], None] = lambda phase: None,
     poll_s: float = 0.5,
     cancel: CancelToken = NEVER,
 ) -> float:
     """Block until the server answers a generation; returns the seconds it took. The first polls
     come quickly (a server that starts in a moment is not kept waiting a whole poll), then its
-    health every `poll_s` and its target (process or job, log) at the target's own pace. The
+    health every `poll_s` and its platform (process or job, log) at the platform's own pace. The
     budget covers a scheduler's queue too: a job that waits past it has failed to start."""
     t = release.transport
     start = time.monotonic()
@@ -89,6 +89,6 @@ def wait_ready(
                 log=lines[-20:],
                 fix="raise the start-up budget (--startup-timeout), or read the log for a hang",
             )
-        on_progress(waiting or stage_of(lines, stages))
+        on_progress(waiting or phase_of(lines, phases))
         cancel.sleep(pause)
         pause = min(pause * 2, poll_s)

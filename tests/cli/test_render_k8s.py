@@ -1,4 +1,4 @@
-"""`specctl render --target k8s` end to end: YAML and JSON on stdout, the same refusals as the
+"""`specctl render --platform k8s` (once `--target k8s`) end to end: YAML and JSON on stdout, the same refusals as the
 launch scripts, the engine's published image by default, and no secret value anywhere."""
 
 from __future__ import annotations
@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
 from specctl.release.staging import _SCRIPT as STAGE_SCRIPT
@@ -18,9 +19,9 @@ BROKEN = str(ROOT / "profiles" / "kimi-k2.5-tp8-broken.yaml")
 
 
 def test_yaml_and_json_carry_the_same_objects(cli: Any, hub_env: Path) -> None:
-    text = cli("render", KIMI, "--target", "k8s")
+    text = cli("render", KIMI, "--platform", "k8s")
     assert text.code == 0, text.stderr
-    assert text.stdout.startswith("# specctl render --target k8s: profile kimi-k2.5-tp8 v3 (speculative), sha256 ")
+    assert text.stdout.startswith("# specctl render --platform k8s: profile kimi-k2.5-tp8 v3 (speculative), sha256 ")
     assert "# secrets HF_TOKEN come from the Secret kimi-k2-5-tp8-secrets" in text.stdout
     objects = list(yaml.safe_load_all(text.stdout))
     assert [o["kind"] for o in objects] == ["ConfigMap", "Deployment", "Service"]
@@ -101,7 +102,7 @@ def test_check_errors_refuse_unless_forced(cli: Any, hub_env: Path) -> None:
 def test_launch_script_options_are_usage_errors_with_k8s(cli: Any, hub_env: Path) -> None:
     for args in (["--node", "0"], ["--format", "json"]):
         result = cli("render", KIMI, "--target", "k8s", *args)
-        assert result.code == 2 and "--target k8s renders every node" in result.stderr
+        assert result.code == 2 and "--platform k8s renders every node" in result.stderr
     assert cli("render", KIMI, "--target", "helm").code == 2
     bad = cli("render", KIMI, "--target", "k8s", "--name", "Kimi")
     assert bad.code == 2 and "--name 'Kimi' is not a name Kubernetes accepts" in bad.stderr
@@ -161,4 +162,18 @@ def test_a_kubernetes_inventory_entry_supplies_the_options_and_flags_override_it
     assert missing.code == 2 and "no `kind: kubernetes` cluster 'eks'" in missing.stderr
     # deploy does not apply objects yet: it says how to
     deploy = cli("deploy", KIMI, "--hosts", "gke", "--inventory", str(inventory), "--skip-check")
-    assert deploy.code == 2 and "render PROFILE --target k8s --cluster gke" in deploy.stderr, deploy.stderr
+    assert deploy.code == 2 and "render PROFILE --platform k8s --cluster gke" in deploy.stderr, deploy.stderr
+
+
+def test_target_is_the_hidden_old_name_of_platform(cli: Any, hub_env: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    new, old = cli("render", KIMI, "--platform", "k8s"), cli("render", KIMI, "--target", "k8s")
+    assert new.code == old.code == 0 and new.stdout == old.stdout, old.stderr
+    assert "--target is the old name of --platform" in old.stderr and "--target" not in new.stderr
+    assert cli("render", KIMI, "--target", "k8s", "--platform", "k8s").code == 0
+    both = cli("render", KIMI, "--target", "k8s", "--platform", "sh")  # sh is the default: the old name decides
+    assert both.code == 0 and both.stdout == new.stdout
+    assert cli("render", KIMI, "--target", "sh", "--platform", "k8s").code == 2
+    capsys.readouterr()
+    assert cli("render", "--help").code == 0
+    shown = capsys.readouterr().out  # help goes straight to the terminal
+    assert "--platform" in shown and "--target" not in shown

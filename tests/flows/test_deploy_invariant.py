@@ -54,7 +54,7 @@ def test_a_failure_at_any_stage_leaves_the_previous_release_serving(
     assert [s["release"] for s in state["servers"]] == [local["good"]]
     run = cli("--json", "runs", "--kind", "deploy", *local["common"]).json()["runs"][-1]["id"]
     events = cli("--json", "show", run, *local["common"]).json()["events"]
-    assert ("local", failing.replace("_", "-"), "failed") in {(e["host"], e["stage"], e["event"]) for e in events}
+    assert ("local", failing.replace("_", "-"), "failed") in {(e["host"], e["step"], e["event"]) for e in events}
     assert not (local["root"] / "lock").exists()  # a failed host's lock goes with the command
 
 

@@ -137,11 +137,11 @@ def test_connection_lost_during_readiness_and_back(cli: Any, lab: SshLab, env: d
     state = assert_invariant(cli, env, lab, "h0")
     assert state["running"] and state["healthy"]
     events = cli("--json", "show", row["release"], "--ledger", env["ledger"]).json()["events"]
-    assert [(e["host"], e["stage"], e["event"]) for e in events if e["event"] != "began"] == [
+    assert [(e["host"], e["step"], e["event"]) for e in events if e["event"] != "began"] == [
         ("h0", stage, "ended") for stage in ("preflight", "materialise", "stop-previous", "start", "ready", "switch")
     ]
     shown = cli("show", row["release"], "--ledger", env["ledger"])
-    assert shown.code == 0 and "stages" in shown.stdout and "stop-previous" in shown.stdout
+    assert shown.code == 0 and "steps" in shown.stdout and "stop-previous" in shown.stdout
 
 
 def test_connection_lost_for_good_leaves_no_untracked_server(cli: Any, lab: SshLab, env: dict[str, Any]) -> None:
@@ -162,7 +162,7 @@ def test_connection_lost_for_good_leaves_no_untracked_server(cli: Any, lab: SshL
     [row] = result.json()["hosts"]
     assert not row["ok"] and "undoing" in row["detail"] and "cannot connect" in row["detail"]
     run = cli("--json", "runs", "--ledger", env["ledger"], "--kind", "deploy").json()["runs"][-1]["id"]
-    events = {(e["stage"], e["event"]) for e in cli("--json", "show", run, "--ledger", env["ledger"]).json()["events"]}
+    events = {(e["step"], e["event"]) for e in cli("--json", "show", run, "--ledger", env["ledger"]).json()["events"]}
     assert {
         ("start", "undo-failed"),
         ("stop-previous", "undo-failed"),

@@ -1,5 +1,6 @@
-"""Stage events (migration 3): each stage boundary of a run on a host is a numbered row, written in
-its own transaction, read back in order by `events` and with the run by `get`."""
+"""Step events (migration 3; migration 4 renames its column to `step`): each step boundary of a run on
+a host is a numbered row, written in its own transaction, read back in order by `events` and with
+the run by `get`."""
 
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ def test_events_are_numbered_per_run_and_read_back_in_order(tmp_path: Path) -> N
     assert book.record_event("r", "h1", "start", "failed", json.dumps({"exit": 1})) == 3
     assert book.record_event("r", "h1", "preflight", "undone") == 4
     got = book.events("r")
-    assert [(e.host, e.stage, e.event) for e in got] == [
+    assert [(e.host, e.step, e.event) for e in got] == [
         ("h1", "preflight", "began"),
         ("h1", "preflight", "ended"),
         ("h1", "start", "failed"),
@@ -53,7 +54,7 @@ def test_get_carries_the_events_and_listings_skip_them(tmp_path: Path) -> None:
     (event,) = whole.events
     assert event == StepEvent("h", "switch", "began", event.at, "current -> r")
     assert whole.to_dict()["events"] == [
-        {"host": "h", "stage": "switch", "event": "began", "at": event.at, "detail": "current -> r"}
+        {"host": "h", "step": "switch", "event": "began", "at": event.at, "detail": "current -> r"}
     ]
     listed = book.runs()[0]
     assert listed.events is None and "events" not in listed.to_dict()
@@ -84,7 +85,7 @@ def test_hosts_recording_at_once_never_share_a_number(tmp_path: Path) -> None:
     seqs = [row[0] for row in book.db.execute("SELECT seq FROM run_events WHERE run_id = 'r' ORDER BY seq")]
     assert seqs == list(range(1, 201))
     for n in range(8):  # each host's own events keep their order
-        assert [e.stage for e in book.events("r") if e.host == f"h{n}"] == [f"stage-{i}" for i in range(25)]
+        assert [e.step for e in book.events("r") if e.host == f"h{n}"] == [f"stage-{i}" for i in range(25)]
     other.close()
     book.close()
 
@@ -100,9 +101,39 @@ def test_a_ledger_at_schema_2_gains_the_events_table(tmp_path: Path) -> None:
     db.commit()
     db.close()
     book = Ledger(path)
-    assert book.db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 3
+    assert book.db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 4
     assert book.get("old").events == () and book.record_event("old", "h", "verify", "began") == 1
     book.close()
     reader = Ledger(path, readonly=True)
-    assert [e.stage for e in reader.events("old")] == ["verify"]
+    assert [e.step for e in reader.events("old")] == ["verify"]
     reader.close()
+
+
+def _schema_3_ledger(path: Path) -> None:
+    """A ledger as specctl wrote it before migration 4: its events' column named `stage`."""
+    db = sqlite3.connect(path)
+    db.executescript(MIGRATIONS[0] + MIGRATIONS[1] + MIGRATIONS[2] + "; PRAGMA user_version = 3;")
+    db.execute(
+        "INSERT INTO runs (id, kind, command, user, machine, pid, status, started_at) "
+        "VALUES ('old', 'deploy', 'specctl deploy', 'u', 'm', 1, 'succeeded', '2026-01-01T00:00:00Z')"
+    )
+    db.execute("INSERT INTO run_events VALUES ('old', 1, 'h', 'switch', 'ended', '2026-01-01T00:00:01Z', NULL)")
+    db.commit()
+    db.close()
+
+
+def test_a_ledger_at_schema_3_reads_as_it_is_and_migrates_its_column_to_step(tmp_path: Path) -> None:
+    path = tmp_path / "l.db"
+    _schema_3_ledger(path)
+    reader = Ledger(path, readonly=True)  # a reading command migrates nothing, and still reads it
+    assert [(e.host, e.step, e.event) for e in reader.events("old")] == [("h", "switch", "ended")]
+    assert reader.get("old").to_dict()["events"][0]["step"] == "switch"
+    reader.close()
+    assert sqlite3.connect(path).execute("PRAGMA user_version").fetchone()[0] == 3
+    book = Ledger(path)
+    assert book.db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 4
+    columns = [row[1] for row in book.db.execute("PRAGMA table_info(run_events)")]
+    assert "step" in columns and "stage" not in columns
+    assert book.record_event("old", "h", "verify", "began") == 2
+    assert [e.step for e in book.events("old")] == ["switch", "verify"]
+    book.close()

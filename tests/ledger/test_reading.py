@@ -107,7 +107,7 @@ def test_a_clean_ledger_on_a_read_only_filesystem(tiny_disk: Path) -> None:
     assert _files(tiny_disk) == ["l.db"]  # the last writer folded the WAL back in and removed it
     remount_read_only(tiny_disk)
     book = Ledger(path, readonly=True)
-    assert [r.id for r in book.runs()] == ["a", "b"] and [e.stage for e in book.get("a").events or ()] == ["verify"]
+    assert [r.id for r in book.runs()] == ["a", "b"] and [e.step for e in book.get("a").events or ()] == ["verify"]
     book.close()
 
 

@@ -28,7 +28,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from specctl.engines.base import HttpContract
 from specctl.engines.reference.runtime import Runtime, finish_reason
 from specctl.engines.reference.scheduler import Progress, Scheduler
-from specctl.engines.reference.speculate import Generation
+from specctl.engines.reference.speculate import FinishedRequest
 
 __all__ = ["Service", "make_app"]
 
@@ -147,7 +147,7 @@ class Service:
             meta["first_token_latency"] = g.first_token_s
         return meta | g.spec_meta_info()  # empty when sglang would leave the spec_* keys out
 
-    def finished(self, g: Generation) -> None:
+    def finished(self, g: FinishedRequest) -> None:
         if g.spec_verify_ct:
             self.lifetime["completion_tokens"] += g.completion_tokens
             self.lifetime["verify_ct"] += g.spec_verify_ct

@@ -10,7 +10,7 @@ Both take a batch of sequences at different lengths: a `KVCache` row per sequenc
 length, per-row positions and a mask, so right-padded rows share one forward.
 
 Capture frame: position p is the residual stream entering decoder layer p, so
-position 0 is the embedding output and position L + 1 is the output of layer L. `Target.forward`
+position 0 is the embedding output and position L + 1 is the output of layer L. `TargetModel.forward`
 returns positions 0..N-1, the ones sglang's Llama loop can capture.
 """
 
@@ -37,7 +37,7 @@ __all__ = [
     "KVCache",
     "LlamaConfig",
     "Rows",
-    "Target",
+    "TargetModel",
     "TargetOutput",
     "load_drafter",
     "load_target",
@@ -454,7 +454,7 @@ class TargetOutput(NamedTuple):
     hidden_states: tuple[Tensor, ...]
 
 
-class Target(nn.Module):
+class TargetModel(nn.Module):
     """A Llama-style decoder (`LlamaForCausalLM` tensor names) that also returns its residual streams."""
 
     def __init__(self, config: LlamaConfig) -> None:
@@ -659,11 +659,11 @@ def _load_state(module: nn.Module, directory: Path) -> None:
             slot.copy_(tensor.to(slot.dtype))
 
 
-def load_target(directory: Path | str, dtype: torch.dtype = COMPUTE_DTYPE) -> Target:
+def load_target(directory: Path | str, dtype: torch.dtype = COMPUTE_DTYPE) -> TargetModel:
     """The target in `directory` (config.json + safetensors), in `dtype`, in eval mode."""
     directory = Path(directory)
     config = LlamaConfig.from_hf(_read_config(directory), directory / CONFIG_FILE)
-    target = Target(config).to(dtype)
+    target = TargetModel(config).to(dtype)
     _load_state(target, directory)
     return target.eval()
 
@@ -677,7 +677,7 @@ def load_drafter(directory: Path | str, dtype: torch.dtype = COMPUTE_DTYPE) -> E
     return drafter.eval()
 
 
-def save_checkpoint(module: Target | Eagle3Drafter, directory: Path | str) -> None:
+def save_checkpoint(module: TargetModel | Eagle3Drafter, directory: Path | str) -> None:
     """Write `config.json` and `model.safetensors`, weights in the config's `torch_dtype`."""
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)

@@ -14,11 +14,11 @@ from typing import Any
 from specctl.engines.reference import tokenizer
 from specctl.engines.reference.roofline import ENV as ROOFLINE_ENV
 from specctl.engines.reference.roofline import Roofline
-from specctl.engines.reference.speculate import Generation, ReferenceEngine, resolve_capture
+from specctl.engines.reference.speculate import FinishedRequest, SpeculativeDecoder, resolve_capture
 from specctl.plan.capture import layers_of
 
 
-def finish_reason(g: Generation) -> dict[str, Any]:
+def finish_reason(g: FinishedRequest) -> dict[str, Any]:
     """sglang's finish_reason shape."""
     if g.finish_reason == "stop":
         return {"type": "stop", "matched": g.output_ids[-1] if g.output_ids else None}
@@ -26,7 +26,9 @@ def finish_reason(g: Generation) -> dict[str, Any]:
 
 
 class Runtime:
-    def __init__(self, engine: ReferenceEngine, target_dir: str, version: str, drafter_ids: list[int] | None) -> None:
+    def __init__(
+        self, engine: SpeculativeDecoder, target_dir: str, version: str, drafter_ids: list[int] | None
+    ) -> None:
         self.engine = engine
         self.target_dir = target_dir
         self.version = version
@@ -120,7 +122,7 @@ def load(args: argparse.Namespace, resolved: Mapping[str, Any], log: Callable[[s
             f"{ROOFLINE_ENV}: a target forward takes at least {roofline.floor_s * 1000:g} ms, "
             f"+{roofline.token_s * 1000:g} ms per token past {roofline.knee_tokens}"
         )
-    engine = ReferenceEngine(
+    engine = SpeculativeDecoder(
         args.model_path,
         drafter,
         num_steps=resolved["speculative_num_steps"] or 3,

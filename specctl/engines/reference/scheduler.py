@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from specctl.engines.reference.speculate import Generation, ReferenceEngine, Request
+from specctl.engines.reference.speculate import FinishedRequest, Request, SpeculativeDecoder
 from specctl.engines.reference.tokenizer import EOS_ID
 
 __all__ = ["Progress", "Scheduler"]
@@ -27,11 +27,11 @@ __all__ = ["Progress", "Scheduler"]
 
 @dataclass(frozen=True)
 class Progress:
-    """What a request's client sees after a step: its output so far, then the finished Generation
+    """What a request's client sees after a step: its output so far, then the finished FinishedRequest
     (or the error that ended it)."""
 
     output_ids: tuple[int, ...]
-    done: Generation | None = None
+    done: FinishedRequest | None = None
     error: str | None = None
 
 
@@ -54,7 +54,7 @@ class Scheduler:
         on_error: told of an exception a step raised (the requests in it end with that error).
     """
 
-    def __init__(self, engine: ReferenceEngine, on_error: Callable[[BaseException], None] | None = None) -> None:
+    def __init__(self, engine: SpeculativeDecoder, on_error: Callable[[BaseException], None] | None = None) -> None:
         self.engine = engine
         self.on_error = on_error
         self._waiting: deque[_Ticket] = deque()

@@ -26,7 +26,7 @@ import torch
 from torch import Tensor
 
 from specctl.engines.reference.adaptive import AdaptiveSteps
-from specctl.engines.reference.model import Eagle3Drafter, Target, TargetOutput, load_drafter, load_target
+from specctl.engines.reference.model import Eagle3Drafter, TargetModel, TargetOutput, load_drafter, load_target
 from specctl.engines.reference.roofline import Roofline
 from specctl.engines.reference.tokenizer import EOS_ID, PAD_ID, encode
 from specctl.engines.sglang import capture as capture_table
@@ -34,8 +34,8 @@ from specctl.engines.sglang import capture as capture_table
 __all__ = [
     "SGLANG_VERSION",
     "ForwardCounts",
-    "Generation",
-    "ReferenceEngine",
+    "FinishedRequest",
+    "SpeculativeDecoder",
     "Request",
     "load_drafter_ids",
     "resolve_capture",
@@ -47,7 +47,7 @@ TARGET_ARCHITECTURE = "LlamaForCausalLM"
 
 
 @dataclass
-class Generation:
+class FinishedRequest:
     """One finished request: its tokens, sglang's usage and spec counters, and its latencies.
 
     The spec_* fields stay zero/empty without a drafter (and when no verify step ran, e.g.
@@ -92,7 +92,7 @@ class Generation:
 
 def resolve_capture(
     drafter_dir: Path | str, num_layers: int, version: str = SGLANG_VERSION
-) -> capture_table.CaptureOutcome:
+) -> capture_table.SglangCapture:
     """Positions sglang `version` captures on a Llama target of `num_layers` for this drafter's config ids.
 
     Uses specctl's convention table, so the reference engine and `specctl check` agree by construction.
@@ -124,7 +124,7 @@ class Request:
     stops: frozenset[int]
     slot: int
     arrival: float
-    generation: Generation
+    generation: FinishedRequest
     finish: Literal["length", "stop"] | None = None
     pending: int = -1
     draft_logits: Tensor | None = None
@@ -155,7 +155,7 @@ class ForwardCounts:
     drafter: int = 0
 
 
-class ReferenceEngine:
+class SpeculativeDecoder:
     """A loaded target (and drafter) that decodes greedily for up to `max_running_requests` sequences at once.
 
     Args:
@@ -198,7 +198,7 @@ class ReferenceEngine:
         if max_running_requests < 1:
             raise ValueError(f"max_running_requests must be >= 1, got {max_running_requests}")
         self.device = torch.device(device)
-        self.target: Target = load_target(target_dir).to(self.device)
+        self.target: TargetModel = load_target(target_dir).to(self.device)
         self.drafter: Eagle3Drafter | None = None
         self.capture_positions: tuple[int, ...] = ()
         self.num_steps = 0
@@ -245,7 +245,7 @@ class ReferenceEngine:
 
     def generate(
         self, prompt_ids: Sequence[int], max_new_tokens: int, stop_ids: Collection[int] = (EOS_ID,)
-    ) -> Generation:
+    ) -> FinishedRequest:
         """Greedy continuation of `prompt_ids`: up to `max_new_tokens` tokens, ending early after a stop id.
 
         A stop id that ends the output is part of `output_ids` (and `completion_tokens`), as in sglang.
@@ -254,7 +254,7 @@ class ReferenceEngine:
 
     def generate_batch(
         self, prompts: Sequence[Sequence[int]], max_new_tokens: int, stop_ids: Collection[int] = (EOS_ID,)
-    ) -> list[Generation]:
+    ) -> list[FinishedRequest]:
         """`generate` for every prompt, all decoded together (finished ones leave the batch)."""
         if len(prompts) > self.max_running_requests:
             raise ValueError(f"{len(prompts)} prompts > max_running_requests {self.max_running_requests}")
@@ -305,7 +305,7 @@ class ReferenceEngine:
         if self.draft_cache is not None:
             self.draft_cache.truncate(slot, 0)
         prompt = list(prompt_ids)
-        generation = Generation([], len(prompt), "length", 0.0, 0.0)
+        generation = FinishedRequest([], len(prompt), "length", 0.0, 0.0)
         if self.drafter is not None:
             most = self.adaptive.max_steps + 1 if self.adaptive else self.num_draft_tokens
             generation.spec_correct_drafts_histogram = [0] * most

@@ -25,7 +25,7 @@ from typing import Any
 __all__ = [
     "EXPLICIT_RULES",
     "SGLANG_TABLE_PATH",
-    "CaptureOutcome",
+    "SglangCapture",
     "CaptureRule",
     "ConventionTable",
     "capture",
@@ -278,7 +278,7 @@ def load_table(path: Path = SGLANG_TABLE_PATH) -> ConventionTable:
 
 
 @dataclass(frozen=True)
-class CaptureOutcome:
+class SglangCapture:
     """What the engine will capture for `ids` on an N-layer target (positions in the engine frame).
 
     `requested` is the setter's output in its order; `captured` the sorted unique positions really
@@ -299,11 +299,11 @@ def default_positions(rule: CaptureRule, num_layers: int) -> list[int]:
     return [evaluate_formula(f, num_layers) for f in rule.default]
 
 
-def capture(rule: CaptureRule, ids: Sequence[int] | None, num_layers: int) -> CaptureOutcome:
+def capture(rule: CaptureRule, ids: Sequence[int] | None, num_layers: int) -> SglangCapture:
     """Positions captured when the drafter config holds `ids` (None: key absent) under `rule`."""
     given = None if ids is None else tuple(int(i) for i in ids)
     if not rule.supported:
-        return CaptureOutcome(
+        return SglangCapture(
             given,
             (),
             (),
@@ -320,9 +320,7 @@ def capture(rule: CaptureRule, ids: Sequence[int] | None, num_layers: int) -> Ca
     return bound(rule, given, requested, num_layers)
 
 
-def bound(
-    rule: CaptureRule, given: tuple[int, ...] | None, requested: Sequence[int], num_layers: int
-) -> CaptureOutcome:
+def bound(rule: CaptureRule, given: tuple[int, ...] | None, requested: Sequence[int], num_layers: int) -> SglangCapture:
     """Apply the forward loop's limits (last capturable position, negatives, position 0) to what a setter requested.
 
     Shared by the table and by answers from the engine probe, which report only the setter's output.
@@ -374,8 +372,8 @@ def bound(
             f"capture at start-up: position {dropped[0][0]} {_unmatched_reason(dropped[0][1])}"
         )
     if error is not None:
-        return CaptureOutcome(given, tuple(requested), (), error=error)
-    return CaptureOutcome(given, tuple(requested), tuple(sorted(captured)), tuple(dropped), tuple(remapped))
+        return SglangCapture(given, tuple(requested), (), error=error)
+    return SglangCapture(given, tuple(requested), tuple(sorted(captured)), tuple(dropped), tuple(remapped))
 
 
 def _unmatched_reason(reason: str) -> str:

@@ -159,7 +159,7 @@ class SGLangEngine:
     def distribution(self) -> str:
         return "sglang"
 
-    def startup_stages(self) -> Sequence[tuple[str, str]]:
+    def startup_phases(self) -> Sequence[tuple[str, str]]:
         # log lines of sglang's model runner and HTTP server, in the order they appear
         return (
             ("Load weight begin", "loading weights"),
@@ -500,7 +500,7 @@ class SGLangEngine:
     ) -> Convention:
         """A convention that answers from the engine's own setter, bounded by the forward loop's limits."""
 
-        def capture(ids: Sequence[int] | None, num_layers: int) -> table.CaptureOutcome:
+        def capture(ids: Sequence[int] | None, num_layers: int) -> table.SglangCapture:
             if not bounds.supported:
                 return table.capture(bounds, ids, num_layers)
             key = tuple(ids) if ids is not None else None
@@ -508,7 +508,7 @@ class SGLangEngine:
                 raise KeyError(f"the probe was not asked about ids {list(ids) if ids is not None else None}")
             result = answers[key]
             if result["error"]:
-                return table.CaptureOutcome(key, tuple(result["requested"] or ()), (), error=result["error"])
+                return table.SglangCapture(key, tuple(result["requested"] or ()), (), error=result["error"])
             return table.bound(bounds, key, result["requested"], num_layers)
 
         def ids_for(positions: Sequence[int], num_layers: int) -> list[int] | None:

@@ -17,7 +17,7 @@ from specctl.engines import get_engine
 from specctl.engines.reference.adaptive import AdaptiveSteps, Tier
 from specctl.engines.reference.runtime import adaptive_tiers
 from specctl.engines.reference.server import main
-from specctl.engines.reference.speculate import ReferenceEngine
+from specctl.engines.reference.speculate import SpeculativeDecoder
 from tests.engines.reference.test_speculate import DRAFTER, TARGET, workload_prompts
 
 MAX_NEW = 64
@@ -39,10 +39,10 @@ def test_a_batch_uses_the_tier_of_the_largest_size_not_above_it() -> None:
 
 
 def test_output_stays_exact_and_the_counters_show_the_steps_run() -> None:
-    plain = ReferenceEngine(TARGET, max_running_requests=8)
+    plain = SpeculativeDecoder(TARGET, max_running_requests=8)
     tiers = get_engine("sglang").adaptive_tiers("0.5.23")
     assert tiers is not None
-    adaptive = ReferenceEngine(TARGET, DRAFTER, num_steps=3, max_running_requests=8, adaptive=tiers)
+    adaptive = SpeculativeDecoder(TARGET, DRAFTER, num_steps=3, max_running_requests=8, adaptive=tiers)
     prompts = workload_prompts()[:8]
     expected = [plain.generate(p, MAX_NEW).output_ids for p in prompts]
     alone = [adaptive.generate(p, MAX_NEW) for p in prompts]  # batch 1: the tier [1, 3, 5, 7]
@@ -56,10 +56,10 @@ def test_output_stays_exact_and_the_counters_show_the_steps_run() -> None:
 
 
 def test_a_tier_of_no_steps_decodes_without_drafting() -> None:
-    engine = ReferenceEngine(
+    engine = SpeculativeDecoder(
         TARGET, DRAFTER, num_steps=3, max_running_requests=4, adaptive={"1": {"candidate_steps": [0]}}
     )
-    plain = ReferenceEngine(TARGET, max_running_requests=4)
+    plain = SpeculativeDecoder(TARGET, max_running_requests=4)
     prompt = workload_prompts()[0]
     g = engine.generate(prompt, 32)
     assert g.output_ids == plain.generate(prompt, 32).output_ids

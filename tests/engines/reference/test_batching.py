@@ -8,7 +8,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from specctl.engines.reference.scheduler import Progress, Scheduler
-from specctl.engines.reference.speculate import Generation, ReferenceEngine
+from specctl.engines.reference.speculate import FinishedRequest, SpeculativeDecoder
 from tests.engines.reference.test_speculate import DRAFTER, TARGET, random_prompts, workload_prompts
 
 MAX_NEW = 48
@@ -19,7 +19,7 @@ def prompts() -> list[list[int]]:
     return workload_prompts()[:4] + random_prompts(4, seed=11)
 
 
-def counters(g: Generation) -> tuple[object, ...]:
+def counters(g: FinishedRequest) -> tuple[object, ...]:
     return (
         g.output_ids,
         g.finish_reason,
@@ -32,17 +32,17 @@ def counters(g: Generation) -> tuple[object, ...]:
 
 
 @pytest.fixture(scope="module")
-def plain() -> ReferenceEngine:
-    return ReferenceEngine(TARGET, max_running_requests=8)
+def plain() -> SpeculativeDecoder:
+    return SpeculativeDecoder(TARGET, max_running_requests=8)
 
 
 @pytest.fixture(scope="module")
-def speculative() -> ReferenceEngine:
-    return ReferenceEngine(TARGET, DRAFTER, num_steps=3, max_running_requests=8)
+def speculative() -> SpeculativeDecoder:
+    return SpeculativeDecoder(TARGET, DRAFTER, num_steps=3, max_running_requests=8)
 
 
 @pytest.fixture(scope="module")
-def alone(plain: ReferenceEngine) -> list[Generation]:
+def alone(plain: SpeculativeDecoder) -> list[FinishedRequest]:
     return [plain.generate(p, MAX_NEW) for p in prompts()]
 
 
@@ -51,7 +51,7 @@ def test_prompts_differ_in_length() -> None:
 
 
 def test_batched_equals_alone_equals_plain_greedy(
-    plain: ReferenceEngine, speculative: ReferenceEngine, alone: list[Generation]
+    plain: SpeculativeDecoder, speculative: SpeculativeDecoder, alone: list[FinishedRequest]
 ) -> None:
     spec_alone = [speculative.generate(p, MAX_NEW) for p in prompts()]
     spec_batched = speculative.generate_batch(prompts(), MAX_NEW)
@@ -63,14 +63,14 @@ def test_batched_equals_alone_equals_plain_greedy(
     assert all(g.spec_verify_ct > 0 and g.spec_num_proposed_drafts == 3 * g.spec_verify_ct for g in spec_batched)
 
 
-def test_wrong_layers_batched_stay_exact(alone: list[Generation]) -> None:
-    wrong = ReferenceEngine(TARGET, DRAFTER, num_steps=3, capture_positions=(0, 2, 4), max_running_requests=8)
+def test_wrong_layers_batched_stay_exact(alone: list[FinishedRequest]) -> None:
+    wrong = SpeculativeDecoder(TARGET, DRAFTER, num_steps=3, capture_positions=(0, 2, 4), max_running_requests=8)
     batched = wrong.generate_batch(prompts(), MAX_NEW)
     assert [g.output_ids for g in batched] == [g.output_ids for g in alone]
     assert sum(g.completion_tokens for g in batched) / sum(g.spec_verify_ct for g in batched) < 3.0
 
 
-def test_a_batch_shares_forwards(speculative: ReferenceEngine) -> None:
+def test_a_batch_shares_forwards(speculative: SpeculativeDecoder) -> None:
     before = speculative.forwards.target
     for p in prompts():
         speculative.generate(p, MAX_NEW)
@@ -82,9 +82,11 @@ def test_a_batch_shares_forwards(speculative: ReferenceEngine) -> None:
     assert batched_forwards < alone_forwards / 3
 
 
-def drive(scheduler: Scheduler, requests: list[list[int]], max_new: int, live: int) -> tuple[list[Generation], int]:
+def drive(
+    scheduler: Scheduler, requests: list[list[int]], max_new: int, live: int
+) -> tuple[list[FinishedRequest], int]:
     """Closed loop: `live` requests in flight, each finished one replaced by the next; (generations, peak running)."""
-    done: dict[int, Generation] = {}
+    done: dict[int, FinishedRequest] = {}
     queue = list(enumerate(requests))
     peak = 0
 
@@ -107,8 +109,8 @@ def drive(scheduler: Scheduler, requests: list[list[int]], max_new: int, live: i
     return [done[i] for i in range(len(requests))], peak
 
 
-def test_scheduler_admits_up_to_max_running_and_stays_exact(alone: list[Generation]) -> None:
-    engine = ReferenceEngine(TARGET, DRAFTER, num_steps=3, max_running_requests=3)
+def test_scheduler_admits_up_to_max_running_and_stays_exact(alone: list[FinishedRequest]) -> None:
+    engine = SpeculativeDecoder(TARGET, DRAFTER, num_steps=3, max_running_requests=3)
     scheduler = Scheduler(engine)
     generations, peak = drive(scheduler, prompts(), MAX_NEW, live=8)  # 8 submitted at once, 3 run at a time
     assert peak == 3 and scheduler.load == (0, 0) and len(engine.free_slots) == 3
@@ -116,7 +118,7 @@ def test_scheduler_admits_up_to_max_running_and_stays_exact(alone: list[Generati
     assert all(0 < g.first_token_s <= g.e2e_s for g in generations)
 
 
-def test_progress_arrives_per_step_and_cumulatively(speculative: ReferenceEngine) -> None:
+def test_progress_arrives_per_step_and_cumulatively(speculative: SpeculativeDecoder) -> None:
     scheduler = Scheduler(speculative)
     seen: list[Progress] = []
     scheduler.submit(prompts()[0], MAX_NEW, seen.append)
@@ -133,7 +135,7 @@ def test_progress_arrives_per_step_and_cumulatively(speculative: ReferenceEngine
     assert max(len(b.output_ids) - len(a.output_ids) for a, b in zip(seen, seen[1:], strict=False)) > 1
 
 
-def test_aborted_requests_free_their_row(speculative: ReferenceEngine) -> None:
+def test_aborted_requests_free_their_row(speculative: SpeculativeDecoder) -> None:
     scheduler = Scheduler(speculative)
     seen: list[Progress] = []
     rid = scheduler.submit(prompts()[1], MAX_NEW, seen.append)
@@ -146,7 +148,7 @@ def test_aborted_requests_free_their_row(speculative: ReferenceEngine) -> None:
     assert scheduler.load == (0, 0) and len(speculative.free_slots) == speculative.max_running_requests
 
 
-def test_requests_it_cannot_serve_are_refused_at_submit(speculative: ReferenceEngine) -> None:
+def test_requests_it_cannot_serve_are_refused_at_submit(speculative: SpeculativeDecoder) -> None:
     scheduler = Scheduler(speculative)
     with pytest.raises(ValueError, match="exceeds the context"):
         scheduler.submit([1] * 500, 64, lambda p: None)

@@ -9,7 +9,7 @@ from specctl.engines.reference.roofline import Roofline
 
 torch = pytest.importorskip("torch")
 
-from specctl.engines.reference.speculate import ReferenceEngine
+from specctl.engines.reference.speculate import SpeculativeDecoder
 from tests.engines.reference.test_speculate import DRAFTER, TARGET, workload_prompts
 
 
@@ -47,8 +47,10 @@ def test_pad_sleeps_only_what_the_forward_left(monkeypatch: pytest.MonkeyPatch) 
 
 def test_output_is_the_same_with_and_without_it() -> None:
     prompts = workload_prompts()[:4]
-    plain = ReferenceEngine(TARGET, DRAFTER, num_steps=3, max_running_requests=4)
-    padded = ReferenceEngine(TARGET, DRAFTER, num_steps=3, max_running_requests=4, roofline=Roofline(0.001, 8, 0.0001))
+    plain = SpeculativeDecoder(TARGET, DRAFTER, num_steps=3, max_running_requests=4)
+    padded = SpeculativeDecoder(
+        TARGET, DRAFTER, num_steps=3, max_running_requests=4, roofline=Roofline(0.001, 8, 0.0001)
+    )
     assert [g.output_ids for g in plain.generate_batch(prompts, 24)] == [
         g.output_ids for g in padded.generate_batch(prompts, 24)
     ]

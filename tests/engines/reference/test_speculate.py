@@ -1,6 +1,6 @@
 """The reference engine really speculates: acceptance with the right and wrong layers, exact greedy output.
 
-All numbers come from the Generation counters (sglang 0.5.23 meta_info meanings) over the shipped
+All numbers come from the FinishedRequest counters (sglang 0.5.23 meta_info meanings) over the shipped
 chat-small workload with the shipped checkpoints; greedy decoding in float64 makes them deterministic.
 """
 
@@ -14,7 +14,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from specctl.engines.reference.speculate import Generation, ReferenceEngine, resolve_capture
+from specctl.engines.reference.speculate import FinishedRequest, SpeculativeDecoder, resolve_capture
 from specctl.engines.reference.tokenizer import EOS_ID, apply_chat_template, encode
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -54,7 +54,7 @@ def wrong_layers_drafter(tmp_path: Path, ids: list[int]) -> Path:
     return overlay
 
 
-def accept_length(generations: list[Generation]) -> float:
+def accept_length(generations: list[FinishedRequest]) -> float:
     return sum(g.completion_tokens for g in generations) / sum(g.spec_verify_ct for g in generations)
 
 
@@ -64,23 +64,23 @@ def prompts() -> list[list[int]]:
 
 
 @pytest.fixture(scope="module")
-def baseline(prompts: list[list[int]]) -> list[Generation]:
-    engine = ReferenceEngine(TARGET)
+def baseline(prompts: list[list[int]]) -> list[FinishedRequest]:
+    engine = SpeculativeDecoder(TARGET)
     return [engine.generate(p, MAX_NEW) for p in prompts + random_prompts(24)]
 
 
 @pytest.fixture(scope="module")
-def correct(prompts: list[list[int]]) -> list[Generation]:
-    engine = ReferenceEngine(TARGET, DRAFTER, num_steps=3, topk=1, num_draft_tokens=4)
+def correct(prompts: list[list[int]]) -> list[FinishedRequest]:
+    engine = SpeculativeDecoder(TARGET, DRAFTER, num_steps=3, topk=1, num_draft_tokens=4)
     return [engine.generate(p, MAX_NEW) for p in prompts + random_prompts(24)]
 
 
 @pytest.fixture(scope="module")
-def wrong(prompts: list[list[int]], tmp_path_factory: pytest.TempPathFactory) -> list[Generation]:
+def wrong(prompts: list[list[int]], tmp_path_factory: pytest.TempPathFactory) -> list[FinishedRequest]:
     # ids [-1, 1, 3] capture positions [0, 2, 4] under sglang 0.5.23 Llama: the embedding and the
     # outputs of layers 1 and 3, where the drafter was trained on the outputs of layers 1, 3 and 4
     drafter = wrong_layers_drafter(tmp_path_factory.mktemp("overlay"), [-1, 1, 3])
-    engine = ReferenceEngine(TARGET, drafter, num_steps=3, topk=1, num_draft_tokens=4)
+    engine = SpeculativeDecoder(TARGET, drafter, num_steps=3, topk=1, num_draft_tokens=4)
     assert engine.capture_positions == (0, 2, 4)
     return [engine.generate(p, MAX_NEW) for p in prompts]
 
@@ -90,28 +90,28 @@ def test_workload_is_the_built_in_chat_set(prompts: list[list[int]]) -> None:
 
 
 def test_correct_layers_accept_at_least_two_tokens_per_verify(
-    correct: list[Generation], prompts: list[list[int]]
+    correct: list[FinishedRequest], prompts: list[list[int]]
 ) -> None:
     on_workload = correct[: len(prompts)]
     assert accept_length(on_workload) >= 2.0
 
 
 def test_wrong_layers_lose_at_least_30_percent(
-    correct: list[Generation], wrong: list[Generation], prompts: list[list[int]]
+    correct: list[FinishedRequest], wrong: list[FinishedRequest], prompts: list[list[int]]
 ) -> None:
     right = accept_length(correct[: len(prompts)])
     assert accept_length(wrong) <= 0.7 * right
 
 
 def test_speculation_keeps_greedy_output_exact(
-    baseline: list[Generation], correct: list[Generation], wrong: list[Generation]
+    baseline: list[FinishedRequest], correct: list[FinishedRequest], wrong: list[FinishedRequest]
 ) -> None:
     assert [g.output_ids for g in correct] == [g.output_ids for g in baseline]
     assert [g.output_ids for g in wrong] == [g.output_ids for g in baseline[: len(wrong)]]
     assert [g.finish_reason for g in correct] == [g.finish_reason for g in baseline]
 
 
-def test_counters_mean_what_sglang_means(correct: list[Generation], baseline: list[Generation]) -> None:
+def test_counters_mean_what_sglang_means(correct: list[FinishedRequest], baseline: list[FinishedRequest]) -> None:
     for g in correct:
         h = g.spec_correct_drafts_histogram
         assert len(h) == 4 and sum(h) == g.spec_verify_ct
@@ -127,7 +127,7 @@ def test_counters_mean_what_sglang_means(correct: list[Generation], baseline: li
 
 
 def test_a_stop_id_ends_the_output_inclusively() -> None:
-    engine = ReferenceEngine(TARGET)
+    engine = SpeculativeDecoder(TARGET)
     prompt = workload_prompts()[0]
     free = engine.generate(prompt, 8, stop_ids=())
     stopped = engine.generate(prompt, 8, stop_ids=(free.output_ids[2],))
@@ -136,7 +136,7 @@ def test_a_stop_id_ends_the_output_inclusively() -> None:
 
 
 def test_width_mismatch_fails_at_the_first_forward() -> None:
-    engine = ReferenceEngine(TARGET, DRAFTER, num_steps=3, capture_positions=[2, 4])
+    engine = SpeculativeDecoder(TARGET, DRAFTER, num_steps=3, capture_positions=[2, 4])
     with pytest.raises(RuntimeError, match=r"fc expects 384 input features .* supplied 256 \(2 captures\)"):
         engine.warmup()
 
@@ -146,14 +146,14 @@ def test_capture_follows_sglang_0_5_23_llama(tmp_path: Path) -> None:
     # the last layer's output (id 5 -> position 6) is silently not captured: 2 of 3, a width error
     outcome = resolve_capture(wrong_layers_drafter(tmp_path, [1, 3, 5]), 6)
     assert outcome.captured == (2, 4) and outcome.dropped
-    engine = ReferenceEngine(TARGET, tmp_path / "drafter-wrong-ids")
+    engine = SpeculativeDecoder(TARGET, tmp_path / "drafter-wrong-ids")
     with pytest.raises(RuntimeError, match="fc expects 384"):
         engine.warmup()
 
 
 def test_only_chain_drafting_and_num_draft_tokens_forced() -> None:
     with pytest.raises(ValueError, match="topk"):
-        ReferenceEngine(TARGET, DRAFTER, topk=4, num_steps=3, num_draft_tokens=8)
-    engine = ReferenceEngine(TARGET, DRAFTER, num_steps=2, num_draft_tokens=8)
+        SpeculativeDecoder(TARGET, DRAFTER, topk=4, num_steps=3, num_draft_tokens=8)
+    engine = SpeculativeDecoder(TARGET, DRAFTER, num_steps=2, num_draft_tokens=8)
     assert engine.num_draft_tokens == 3
     assert len(engine.generate(workload_prompts()[1], 16).spec_correct_drafts_histogram) == 3
