@@ -22,7 +22,8 @@ from examples.hub import build_models  # noqa: E402
 from specctl.flows import static  # noqa: E402
 from specctl.flows.host_probe import probe_fleet  # noqa: E402
 from specctl.flows.probe import probe_question, run_probe  # noqa: E402
-from specctl.hosts.ssh import SshOptions, resolve, ssh_transport  # noqa: E402
+from specctl.hosts.ssh import ssh_transport  # noqa: E402
+from specctl.hosts.ssh_destination import SshOptions, resolve  # noqa: E402
 from tests.integration.sshd import SshLab, namespaces_work  # noqa: E402
 
 

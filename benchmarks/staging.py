@@ -33,7 +33,7 @@ from benchmarks.deploy_scaling import delayed_fleet  # noqa: E402
 from examples.hub import write_checkpoint  # noqa: E402
 from specctl.cli.app import main as specctl  # noqa: E402
 from specctl.flows.demo import MODELS, write_inputs  # noqa: E402
-from specctl.hosts import ssh  # noqa: E402
+from specctl.hosts import _ssh_runner  # noqa: E402
 from tests.hub_endpoint import HubEndpoint, HubRepo  # noqa: E402
 from tests.integration.health import HealthPolls  # noqa: E402
 from tests.integration.sshd import SshLab, namespaces_work  # noqa: E402
@@ -43,10 +43,10 @@ BIG, TINY = "bench/sixty-four-shards", "bench/tiny-llama"
 COMMIT = {BIG: hashlib.sha1(b"64").hexdigest(), TINY: hashlib.sha1(b"tiny").hexdigest()}
 
 COMMANDS: collections.Counter[str] = collections.Counter()
-_call = ssh.SshRunner.__call__
+_call = _ssh_runner.SshRunner.__call__
 
 
-def _counted(self: ssh.SshRunner, argv: Any, **kwargs: Any) -> Any:
+def _counted(self: _ssh_runner.SshRunner, argv: Any, **kwargs: Any) -> Any:
     COMMANDS[self.target.alias] += 1
     return _call(self, argv, **kwargs)
 
@@ -87,7 +87,7 @@ def main() -> int:
     if not namespaces_work():
         print("needs root and network namespaces")
         return 2
-    ssh.SshRunner.__call__ = _counted  # type: ignore[method-assign]
+    _ssh_runner.SshRunner.__call__ = _counted  # type: ignore[method-assign]
     work = Path(tempfile.mkdtemp())
     lab = SshLab(work / "lab", True)
     proxies: list[Any] = []

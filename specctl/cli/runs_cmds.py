@@ -11,7 +11,7 @@ from specctl.cli._options import InventoryOpt, JsonOpt, LedgerOpt, command_outpu
 from specctl.errors import InputError
 
 if TYPE_CHECKING:
-    from specctl.ledger.ledger import Run
+    from specctl.ledger.records import Run
 
 
 def _open(ledger: str | None) -> Any:
@@ -55,7 +55,7 @@ def runs(
     from specctl.cli.charts import html_report, terminal_chart
     from specctl.cli.views import runs_view
     from specctl.ledger.history import brief, metrics, short_ids, trend
-    from specctl.ledger.ledger import KINDS
+    from specctl.ledger.schema import KINDS
 
     output = command_output(ctx, json_mode)
     if kind is not None and kind not in KINDS:

@@ -12,7 +12,7 @@ from typing import Any
 from specctl.errors import HostError
 from specctl.flows.session import Context, HostSession, error_text
 from specctl.flows.steps import Events
-from specctl.ledger.ledger import Outcome
+from specctl.ledger.records import Outcome
 from specctl.release import release as rel
 
 
@@ -89,7 +89,7 @@ def let_go_all(sessions: Sequence[HostSession]) -> None:
 
 
 def keep_verdict(release: rel.Release, passed: bool, run_id: str) -> None:
-    from specctl.ledger.ledger import now
+    from specctl.ledger.records import now
 
     release.transport.put(
         release.path(rel.VERDICT_FILE),

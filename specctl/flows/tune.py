@@ -47,8 +47,9 @@ from specctl.release.platform import platform_type
 from specctl.release.staging import host_env, profile_checkpoints
 from specctl.verdict import gates as gate
 from specctl.verdict import stats
-from specctl.verdict.client import EngineClient, Generation
+from specctl.verdict.client import EngineClient
 from specctl.verdict.elimination import Elimination, Standing
+from specctl.verdict.generation import Generation
 from specctl.verdict.measure import Measurement, measure, warm_up
 from specctl.verdict.summary import summarize
 
@@ -332,7 +333,7 @@ class Search:
 def _mark_candidate(release: rel.Release, run_id: str) -> None:
     """The candidate's verdict file: not passed (never verified), so rollback's default and
     PROFILE@VERSION never pick it; `rollback --to` it by name still does."""
-    from specctl.ledger.ledger import now
+    from specctl.ledger.records import now
 
     release.transport.put(
         release.path(rel.VERDICT_FILE),

@@ -26,7 +26,8 @@ from specctl.plan.findings import Finding, Severity
 from specctl.plan.host_checks import check_host
 from specctl.release import release as rel
 from specctl.verdict import gates as gate
-from specctl.verdict.client import EngineClient, EngineHTTPError
+from specctl.verdict.client import EngineClient
+from specctl.verdict.engine_errors import EngineHTTPError
 from specctl.verdict.measure import warm_up
 from specctl.verdict.points import Baseline, PointResult, measure_points, measurements_dict
 

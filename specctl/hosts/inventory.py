@@ -37,7 +37,8 @@ class HostSpec:
             self.name == LOCAL or (self.slurm is not None and self.slurm.login == LOCAL and not self.ssh_overrides)
         ):
             return local_transport(self.name)
-        from specctl.hosts.ssh import SshOptions, resolve, ssh_transport
+        from specctl.hosts.ssh import ssh_transport
+        from specctl.hosts.ssh_destination import SshOptions, resolve
 
         options = SshOptions(config_path=ssh_config, accept_new_host_key=accept_new_host_key)
         return ssh_transport(

@@ -10,7 +10,8 @@ from collections.abc import Iterable
 from typing import Any
 
 from specctl.errors import InputError
-from specctl.ledger.ledger import Ledger, Run
+from specctl.ledger.ledger import Ledger
+from specctl.ledger.records import Run
 from specctl.verdict.summary import current
 
 SHORT_ID = re.compile(r"[0-9a-f]{6}")  # the random suffix of a run id (20261130T210811Z-53f951)

@@ -14,95 +14,41 @@ and the cure; sqlite3 errors that mean a bug in specctl's own SQL stay as they a
 
 from __future__ import annotations
 
-import errno
 import getpass
 import json
 import os
-import shlex
 import socket
 import sqlite3
 import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
-from datetime import UTC, datetime
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from specctl.cancel import Cancelled
 from specctl.errors import InputError, LedgerError
-from specctl.hosts.local import process_alive
-from specctl.settings import data_dir
-
-KINDS = ("deploy", "verify", "baseline", "rollback", "unlock", "tune", "stage")
-STATUSES = ("running", "succeeded", "failed", "killed")
-EVENTS = ("began", "ended", "failed", "undone", "undo-failed")
-
-MIGRATIONS: tuple[str, ...] = (
-    # 1: runs and what each did on each host
-    """
-    CREATE TABLE runs (
-        id TEXT PRIMARY KEY,
-        kind TEXT NOT NULL,
-        profile TEXT,
-        profile_version INTEGER,
-        profile_sha256 TEXT,
-        hosts TEXT NOT NULL DEFAULT '[]',
-        command TEXT NOT NULL,
-        user TEXT NOT NULL,
-        machine TEXT NOT NULL,
-        pid INTEGER NOT NULL,
-        reason TEXT,
-        engine TEXT,
-        engine_version TEXT,
-        inputs TEXT NOT NULL DEFAULT '{}',
-        verdict TEXT,
-        status TEXT NOT NULL,
-        started_at TEXT NOT NULL,
-        finished_at TEXT
-    );
-    CREATE TABLE run_hosts (
-        run_id TEXT NOT NULL REFERENCES runs(id),
-        host TEXT NOT NULL,
-        release TEXT,
-        facts TEXT,
-        commands TEXT,
-        measurements TEXT,
-        verdict TEXT,
-        passed INTEGER,
-        PRIMARY KEY (run_id, host)
-    );
-    """,
-    # 2: the lookups `runs`, baselines and rollback make
-    """
-    CREATE INDEX runs_by_profile ON runs(profile, started_at);
-    CREATE INDEX runs_by_kind ON runs(kind, status, started_at);
-    ALTER TABLE runs ADD COLUMN parent TEXT REFERENCES runs(id);
-    ALTER TABLE runs ADD COLUMN baseline_key TEXT;
-    """,
-    # 3: the step boundaries of a run on each host, in the order they happened
-    """
-    CREATE TABLE run_events (
-        run_id TEXT NOT NULL REFERENCES runs(id),
-        seq INTEGER NOT NULL,
-        host TEXT NOT NULL,
-        stage TEXT NOT NULL,
-        event TEXT NOT NULL,
-        at TEXT NOT NULL,
-        detail TEXT,
-        PRIMARY KEY (run_id, seq)
-    );
-    """,
-    # 4: a deploy's unit of work is a step (staging is fetching weights)
-    """
-    ALTER TABLE run_events RENAME COLUMN stage TO step;
-    """,
+from specctl.ledger._liveness import process_alive
+from specctl.ledger._sqlite import (
+    BUGS,
+    BUSY,
+    BUSY_TIMEOUT_S,
+    CANTOPEN,
+    ELSEWHERE,
+    LOCKED,
+    READONLY,
+    beside,
+    connect,
+    empty_ledger,
+    ledger_error,
+    newer_schema,
+    primary,
+    unreadable_wal,
 )
-SCHEMA_VERSION = len(MIGRATIONS)
-# the oldest schema a reading command reads as it is: 3 differs from 4 only in the events' column name
-READABLE_SCHEMA = 3
-BUSY_TIMEOUT_S = 30.0  # how long a command waits for another one's write before it says the ledger is locked
+from specctl.ledger.records import HostRecord, Outcome, Run, StepEvent, now
+from specctl.ledger.schema import EVENTS, KINDS, MIGRATIONS, READABLE_SCHEMA, SCHEMA_VERSION, STATUSES
+from specctl.settings import data_dir
 
 
 def ledger_path(explicit: str | None = None, environ: Mapping[str, str] | None = None) -> Path:
@@ -110,83 +56,6 @@ def ledger_path(explicit: str | None = None, environ: Mapping[str, str] | None =
     env = os.environ if environ is None else environ
     chosen = explicit or env.get("SPECCTL_LEDGER")
     return Path(chosen) if chosen else data_dir(env) / "ledger.db"
-
-
-def now() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
-@dataclass
-class Outcome:
-    """What a recorded block sets before it ends normally."""
-
-    status: str = "succeeded"
-    verdict: dict[str, Any] | None = None
-
-
-@dataclass(frozen=True)
-class HostRecord:
-    host: str
-    release: str | None
-    facts: dict[str, Any] | None
-    commands: list[list[str]] | None
-    measurements: dict[str, Any] | None
-    verdict: dict[str, Any] | None
-    passed: bool | None
-
-
-@dataclass(frozen=True)
-class StepEvent:
-    """One step boundary of a run on one host: `event` is one of EVENTS, `detail` free text or JSON."""
-
-    host: str
-    step: str
-    event: str
-    at: str
-    detail: str | None
-
-
-@dataclass(frozen=True)
-class Run:
-    """One row of `runs` with its hosts, as data."""
-
-    id: str
-    kind: str
-    profile: str | None
-    profile_version: int | None
-    profile_sha256: str | None
-    hosts: list[str]
-    command: str
-    user: str
-    machine: str
-    pid: int
-    reason: str | None
-    engine: str | None
-    engine_version: str | None
-    inputs: dict[str, Any]
-    verdict: dict[str, Any] | None
-    status: str
-    started_at: str
-    finished_at: str | None
-    parent: str | None
-    baseline_key: str | None
-    host_records: tuple[HostRecord, ...] = ()
-    # None when not read: `get` reads them; listings skip them (two per step and host: 50 deploys
-    # of 100 hosts are 80,000 rows, about 60 times the cost of the listing itself)
-    events: tuple[StepEvent, ...] | None = None
-
-    @property
-    def passed(self) -> bool | None:
-        """The verdict, or None when the run judged nothing (a deploy with --no-verify, an unlock)."""
-        value = (self.verdict or {}).get("passed")
-        return None if value is None else bool(value)
-
-    def to_dict(self) -> dict[str, Any]:
-        data = {k: v for k, v in self.__dict__.items() if k not in ("host_records", "events")}
-        data["host_records"] = [h.__dict__ for h in self.host_records]
-        if self.events is not None:
-            data["events"] = [e.__dict__ for e in self.events]
-        return data
 
 
 def _loads(raw: str | None) -> Any:
@@ -261,18 +130,18 @@ class Ledger:
         (a broken constraint, a misused connection) stay as they are."""
         try:
             yield
-        except _BUGS:
+        except BUGS:
             raise
         except sqlite3.Error as exc:
-            raise _ledger_error(self.path, exc, doing) from exc
+            raise ledger_error(self.path, exc, doing) from exc
 
     def _connect(self) -> sqlite3.Connection:
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
-            raise _ledger_error(self.path, exc, f"creating {self.path.parent}") from exc
+            raise ledger_error(self.path, exc, f"creating {self.path.parent}") from exc
         with self._guard("opening it"):
-            return _connect(str(self.path))
+            return connect(str(self.path))
 
     def _connect_for_reading(self) -> sqlite3.Connection:
         """`mode=ro`; `immutable=1` only where a WAL reader cannot get its -shm file (a read-only
@@ -280,23 +149,23 @@ class Ledger:
         try:
             os.stat(self.path)
         except FileNotFoundError:
-            return _empty_ledger()
+            return empty_ledger()
         except OSError as exc:
-            raise _ledger_error(self.path, exc, "opening it for reading") from exc
+            raise ledger_error(self.path, exc, "opening it for reading") from exc
         uri = self.path.absolute().as_uri() + "?mode=ro"
         with self._guard("opening it for reading"):
-            db = _connect(uri, uri=True)
+            db = connect(uri, uri=True)
             try:
                 db.execute("PRAGMA user_version").fetchone()  # the first read: where WAL needs its -shm file
                 return db
             except sqlite3.Error as exc:
                 db.close()
-                if _primary(exc) not in (_READONLY, _CANTOPEN):
+                if primary(exc) not in (READONLY, CANTOPEN):
                     raise
-                wal = _beside(self.path, "-wal")
+                wal = beside(self.path, "-wal")
                 if wal.exists() and wal.stat().st_size > 0:
-                    raise _unreadable_wal(self.path, exc) from exc
-            db = _connect(uri + "&immutable=1", uri=True)
+                    raise unreadable_wal(self.path, exc) from exc
+            db = connect(uri + "&immutable=1", uri=True)
             try:
                 db.execute("PRAGMA user_version").fetchone()
             except BaseException:
@@ -313,7 +182,7 @@ class Ledger:
                 self.db.execute("PRAGMA journal_mode=WAL")
                 return
             except sqlite3.OperationalError as exc:
-                if _primary(exc) not in (_BUSY, _LOCKED) or time.monotonic() > deadline:
+                if primary(exc) not in (BUSY, LOCKED) or time.monotonic() > deadline:
                     raise
                 time.sleep(0.01)
 
@@ -323,10 +192,10 @@ class Ledger:
         if version == 0:
             self._refuse_foreign()
             self.db.close()  # an empty file (`touch`): nothing recorded yet
-            self.db = _empty_ledger()
+            self.db = empty_ledger()
             self.db.row_factory = sqlite3.Row
         elif version > SCHEMA_VERSION:
-            raise _newer_schema(self.path, version)
+            raise newer_schema(self.path, version)
         elif version == READABLE_SCHEMA:
             self._step_column = "stage"
         elif version < SCHEMA_VERSION:
@@ -347,7 +216,7 @@ class Ledger:
             with self._writing("opening it for writing") as db:
                 version = int(db.execute("PRAGMA user_version").fetchone()[0])
                 if version > SCHEMA_VERSION:
-                    raise _newer_schema(self.path, version)
+                    raise newer_schema(self.path, version)
                 if version == 0:
                     self._refuse_foreign()
                 if version == SCHEMA_VERSION:
@@ -363,7 +232,7 @@ class Ledger:
             raise LedgerError(
                 f"{self.path} is an SQLite database but not a specctl ledger (it has tables and no ledger schema)",
                 path=str(self.path),
-                fix=_ELSEWHERE[0].upper() + _ELSEWHERE[1:],
+                fix=ELSEWHERE[0].upper() + ELSEWHERE[1:],
             )
 
     def _close_orphans(self) -> None:
@@ -612,147 +481,3 @@ class Ledger:
             row["baseline_key"],
             records,
         )
-
-
-# --- the file and how it fails ------------------------------------------------------------------
-# primary result codes (sqlite.org/rescode.html); an extended code keeps its primary in the low byte
-_PERM, _BUSY, _LOCKED, _READONLY, _IOERR, _CORRUPT, _FULL, _CANTOPEN, _NOTADB = 3, 5, 6, 8, 10, 11, 13, 14, 26
-_BUGS = (sqlite3.IntegrityError, sqlite3.ProgrammingError, sqlite3.InterfaceError, sqlite3.NotSupportedError)
-_OS_CODES = {
-    errno.ENOSPC: _FULL,
-    errno.EDQUOT: _FULL,
-    errno.EROFS: _READONLY,
-    errno.EACCES: _READONLY,
-    errno.EPERM: _READONLY,
-}
-_COPIES = "the release directories on the hosts keep a copy of each run (runs/<id>.json)"
-_ELSEWHERE = "point --ledger or SPECCTL_LEDGER at a writable file"
-
-
-def _connect(target: str, *, uri: bool = False) -> sqlite3.Connection:
-    # transactions are explicit; host threads share the connection under the ledger's lock
-    return sqlite3.connect(target, timeout=BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False, uri=uri)
-
-
-def _empty_ledger() -> sqlite3.Connection:
-    """What a reading command sees where no ledger file exists yet: the schema and no runs."""
-    db = _connect(":memory:")
-    for script in MIGRATIONS:
-        db.executescript(script)
-    db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
-    db.execute("PRAGMA query_only = ON")
-    return db
-
-
-def _primary(exc: sqlite3.Error) -> int:
-    return (getattr(exc, "sqlite_errorcode", None) or 0) & 0xFF
-
-
-def _beside(path: Path, suffix: str) -> Path:
-    return path.with_name(path.name + suffix)
-
-
-def _ledger_error(path: Path, exc: sqlite3.Error | OSError, doing: str) -> LedgerError:
-    """What is wrong with the ledger file and how the user cures it, keeping SQLite's own words."""
-    if isinstance(exc, OSError):
-        code, said = _OS_CODES.get(exc.errno or 0, -1), str(exc)
-    else:
-        code, said = _primary(exc), f"{exc} [{getattr(exc, 'sqlite_errorname', 'sqlite')}]"
-    cause, where, aside = (
-        f"{said}, while {doing}",
-        path.parent,
-        f"mv {shlex.quote(str(path))} {shlex.quote(f'{path}.broken')}",
-    )
-    if code in (_CORRUPT, _NOTADB):
-        return LedgerError(
-            f"the ledger {path} is damaged or is not an SQLite file ({cause})",
-            path=str(path),
-            fix=f"move it aside ({aside}) and run again to start a new ledger; {_COPIES}",
-        )
-    if code == _FULL:
-        return LedgerError(
-            f"the disk holding the ledger {path} is full ({cause})",
-            path=str(path),
-            fix=f"free space on the filesystem of {where} (df -h {shlex.quote(str(where))}) and run again;"
-            " a run left open is closed as killed when the ledger is next opened",
-        )
-    if code in (_BUSY, _LOCKED):
-        return LedgerError(
-            f"the ledger {path} is locked by another process ({cause})",
-            path=str(path),
-            fix="wait for the other specctl command to finish, then run again",
-        )
-    if code in (_READONLY, _PERM, _CANTOPEN):
-        problem, fix = _access_problem(path)
-        return LedgerError(f"cannot use the ledger {path}: {problem} ({cause})", path=str(path), fix=fix)
-    if code == -1:  # the directory could not be made: a file in the way, a broken link
-        return LedgerError(
-            f"cannot make the directory of the ledger {path} ({cause})",
-            path=str(path),
-            fix=f"make {where} a directory this user can write, or {_ELSEWHERE}",
-        )
-    if code == _IOERR:
-        return LedgerError(
-            f"reading or writing the ledger {path} failed ({cause})",
-            path=str(path),
-            fix=f"check the disk and filesystem of {where} and run again; if the file is damaged,"
-            f" move it aside ({aside}): {_COPIES}",
-        )
-    return LedgerError(
-        f"the ledger {path} could not be used ({cause})",
-        path=str(path),
-        fix=f"if it is not a specctl ledger, {_ELSEWHERE}; if it is damaged, move it aside ({aside}): {_COPIES}",
-    )
-
-
-def _access_problem(path: Path) -> tuple[str, str]:
-    """Why the file cannot be opened or written, as far as the filesystem says, and the cure."""
-    where = path.parent
-    try:
-        if os.statvfs(where).f_flag & os.ST_RDONLY:
-            return f"the filesystem holding {where} is mounted read-only", f"remount it read-write, or {_ELSEWHERE}"
-    except OSError:
-        pass
-    if os.access(path, os.F_OK) and not os.access(path, os.R_OK | os.W_OK):
-        return (
-            f"{path} is not readable and writable by this user",
-            f"fix its permissions (chmod u+rw {shlex.quote(str(path))}), or {_ELSEWHERE}",
-        )
-    wal, shm = _beside(path, "-wal"), _beside(path, "-shm")
-    for side in (wal, shm):
-        if os.access(side, os.F_OK) and not os.access(side, os.R_OK | os.W_OK):
-            return (
-                f"{side.name} beside it is not writable by this user (SQLite's WAL files: a reader in a writable"
-                " directory leaves them, owned by that reader)",
-                f"have their owner or root make {wal.name} and {shm.name} writable for you, or {_ELSEWHERE}",
-            )
-    if not os.access(where, os.W_OK | os.X_OK):
-        return (
-            f"its directory {where} is not writable by this user "
-            f"(SQLite keeps {path.name}-wal and {path.name}-shm there)",
-            f"fix the directory's permissions, or {_ELSEWHERE}",
-        )
-    return "it cannot be opened or written", f"check the permissions of {path} and {where}, or {_ELSEWHERE}"
-
-
-def _unreadable_wal(path: Path, exc: sqlite3.Error) -> LedgerError:
-    """A WAL ledger with changes still in its -wal file, where SQLite cannot open the -shm index it
-    needs to read them: reading the main file alone would miss them."""
-    wal, shm = _beside(path, "-wal"), _beside(path, "-shm")
-    return LedgerError(
-        f"the ledger {path} has changes in {wal.name} that SQLite reads only through {shm.name}, and"
-        f" {shm.name} cannot be opened or created in {path.parent} ({exc}"
-        f" [{getattr(exc, 'sqlite_errorname', 'sqlite')}], while opening it for reading)",
-        path=str(path),
-        fix=f"run the command as a user who can write {path.parent} (a command that writes the ledger also"
-        f" folds {wal.name} into the main file), or copy {path.name} and {wal.name} into a writable"
-        " directory and point --ledger at the copy",
-    )
-
-
-def _newer_schema(path: Path, version: int) -> LedgerError:
-    return LedgerError(
-        f"{path} has ledger schema {version}; this specctl knows up to {SCHEMA_VERSION}",
-        path=str(path),
-        fix="upgrade specctl, or point --ledger at another file",
-    )

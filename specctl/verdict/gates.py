@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from specctl.verdict import stats
-from specctl.verdict.client import Generation
+from specctl.verdict.generation import Generation
 from specctl.verdict.measure import Measurement
 
 

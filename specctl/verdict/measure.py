@@ -10,7 +10,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from specctl.verdict.client import EngineClient, Generation, parse_generate
+from specctl.verdict.client import EngineClient
+from specctl.verdict.generation import Generation, parse_generate
 from specctl.verdict.workload import Workload
 
 

@@ -16,7 +16,8 @@ from typing import Any
 from specctl.profile.profile import Verify
 from specctl.verdict import gates as gate
 from specctl.verdict import stats
-from specctl.verdict.client import EngineClient, Generation
+from specctl.verdict.client import EngineClient
+from specctl.verdict.generation import Generation
 from specctl.verdict.measure import Measurement, Prompts, measure
 from specctl.verdict.summary import summarize
 

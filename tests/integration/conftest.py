@@ -60,7 +60,7 @@ def slurm(slurm_lab: SlurmLab) -> Iterator[SlurmLab]:
 
 @pytest.fixture
 def ssh_options(lab: SshLab):  # type: ignore[no-untyped-def]
-    from specctl.hosts.ssh import SshOptions
+    from specctl.hosts.ssh_destination import SshOptions
 
     return SshOptions(config_path=str(lab.ssh_config), connect_timeout_s=5)
 

@@ -15,7 +15,8 @@ import pytest
 import yaml
 
 from specctl.flows.demo import DRAFTER, MODELS, TARGET
-from specctl.hosts.ssh import SshOptions, resolve, ssh_transport
+from specctl.hosts.ssh import ssh_transport
+from specctl.hosts.ssh_destination import SshOptions, resolve
 from tests.integration.conftest import lab_profile
 from tests.integration.sshd import SshLab
 

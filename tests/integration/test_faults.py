@@ -13,7 +13,8 @@ from typing import Any
 
 import pytest
 
-from specctl.hosts.ssh import SshOptions, resolve, ssh_transport
+from specctl.hosts.ssh import ssh_transport
+from specctl.hosts.ssh_destination import SshOptions, resolve
 from tests.integration.conftest import lab_profile, reset_lab
 from tests.integration.proxy import DelayProxy
 from tests.integration.sshd import SshLab

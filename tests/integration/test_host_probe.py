@@ -15,7 +15,8 @@ import yaml
 
 from specctl.flows import static
 from specctl.flows.host_probe import probe_fleet
-from specctl.hosts.ssh import SshOptions, resolve, ssh_transport
+from specctl.hosts.ssh import ssh_transport
+from specctl.hosts.ssh_destination import SshOptions, resolve
 from tests.integration.sshd import SshLab
 
 pytestmark = pytest.mark.conformance

@@ -19,8 +19,9 @@ from pathlib import Path
 import pytest
 
 from specctl.errors import ConnectionLost, HostError, InputError
-from specctl.hosts import ssh
-from specctl.hosts.ssh import SshOptions, SshRunner, resolve
+from specctl.hosts import _ssh_runner
+from specctl.hosts._ssh_runner import SshRunner
+from specctl.hosts.ssh_destination import SshOptions, resolve
 from specctl.hosts.transport import Transport
 from tests.integration.sshd import SshHost, SshLab, namespaces_work
 
@@ -147,7 +148,7 @@ def test_two_jump_hosts_reach_a_host_hidden_behind_them(
         assert t.read(path) == data
         done = t.run(["sh", "-c", 'printf %s "$SECRET"'], env={"SECRET": "s3cr3t 'with' $quotes"})
         assert done.stdout == "s3cr3t 'with' $quotes"  # over the stdin channel, through both hops
-    monkeypatch.setattr(ssh, "CONNECT_ATTEMPTS", 1)
+    monkeypatch.setattr(_ssh_runner, "CONNECT_ATTEMPTS", 1)
     quick = options(jumplab, tmp_path, timeout_s=1)
     for name in ("inner", "b2"):  # neither is reachable without its jump hosts
         with pytest.raises(HostError, match="cannot connect"), reach(name, quick) as t:
@@ -200,7 +201,7 @@ def test_connect_timeout_from_the_ssh_config_is_honoured(
     jumplab: SshLab, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     _, _, inner = hosts(jumplab)
-    monkeypatch.setattr(ssh, "CONNECT_ATTEMPTS", 1)
+    monkeypatch.setattr(_ssh_runner, "CONNECT_ATTEMPTS", 1)
     blocks = (
         f"Host dropped\n  HostName {inner.address}\n  ConnectTimeout 1\n\n"  # inner drops what is not from b2
         f"Host dropped-behind-b1\n  HostName {inner.address}\n  ConnectTimeout 1\n  ProxyJump b1\n\n"
@@ -220,7 +221,7 @@ def test_connect_timeout_from_the_ssh_config_is_honoured(
 
 def test_a_jump_host_that_is_down_is_named(jumplab: SshLab, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     b1, _, inner = hosts(jumplab)
-    monkeypatch.setattr(ssh, "CONNECT_ATTEMPTS", 1)
+    monkeypatch.setattr(_ssh_runner, "CONNECT_ATTEMPTS", 1)
     blocks = (
         f"Host b1-down\n  HostName {b1.address}\n  Port 1\n\n"
         f"Host deep-down\n  HostName {inner.address}\n  ProxyJump b1-down,b2\n\n"

@@ -12,7 +12,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from specctl.errors import HostError
-from specctl.hosts.ssh import SshOptions, resolve, ssh_transport
+from specctl.hosts.ssh import ssh_transport
+from specctl.hosts.ssh_destination import SshOptions, resolve
 from tests.integration.sshd import SshLab
 
 

@@ -11,7 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from specctl.ledger.ledger import EVENTS, MIGRATIONS, SCHEMA_VERSION, Ledger, StepEvent
+from specctl.ledger.ledger import Ledger
+from specctl.ledger.records import StepEvent
+from specctl.ledger.schema import EVENTS, MIGRATIONS, SCHEMA_VERSION
 
 
 def test_events_are_numbered_per_run_and_read_back_in_order(tmp_path: Path) -> None:

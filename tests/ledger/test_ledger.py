@@ -15,7 +15,8 @@ import pytest
 
 from specctl.cancel import Cancelled, CancelToken
 from specctl.errors import InputError, LedgerError
-from specctl.ledger.ledger import MIGRATIONS, SCHEMA_VERSION, Ledger
+from specctl.ledger.ledger import Ledger
+from specctl.ledger.schema import MIGRATIONS, SCHEMA_VERSION
 
 PROFILE = {"metadata": {"name": "p", "version": 3}}
 

@@ -16,7 +16,8 @@ from typing import Any
 import pytest
 
 from specctl.errors import InputError, LedgerError
-from specctl.ledger.ledger import MIGRATIONS, SCHEMA_VERSION, Ledger
+from specctl.ledger.ledger import Ledger
+from specctl.ledger.schema import MIGRATIONS, SCHEMA_VERSION
 from tests.ledger.conftest import remount_read_only
 
 

@@ -3,7 +3,7 @@ and refuses bodies of the wrong shape. (Its HTTP behaviour is in test_client_htt
 
 import pytest
 
-from specctl.verdict.client import MalformedBody, parse_chat, parse_generate
+from specctl.verdict.generation import MalformedBody, parse_chat, parse_generate
 from specctl.verdict.measure import Measurement
 
 SGLANG_BODY = {  # the shape of a finished sglang 0.5.23 response (reference document, section 4.2)

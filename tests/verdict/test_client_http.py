@@ -17,7 +17,8 @@ import pytest
 
 from specctl.cancel import Cancelled, CancelToken
 from specctl.errors import HostError
-from specctl.verdict.client import EngineAnswerError, EngineClient, EngineHTTPError, EngineTimeout
+from specctl.verdict.client import EngineClient
+from specctl.verdict.engine_errors import EngineAnswerError, EngineHTTPError, EngineTimeout
 from specctl.verdict.measure import Prompts, measure
 from specctl.verdict.workload import Workload
 

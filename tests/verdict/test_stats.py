@@ -160,7 +160,7 @@ def test_the_reported_case_and_the_bounds() -> None:
 
 def test_the_acceptance_rate_gate_uses_the_bounded_interval() -> None:
     from specctl.verdict import gates
-    from specctl.verdict.client import Generation
+    from specctl.verdict.generation import Generation
     from specctl.verdict.measure import Measurement
 
     def request(correct: int) -> Generation:

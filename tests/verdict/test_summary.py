@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from specctl.verdict.client import Generation
+from specctl.verdict.generation import Generation
 from specctl.verdict.measure import Measurement
 from specctl.verdict.summary import summarize
 

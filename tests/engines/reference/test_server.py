@@ -21,7 +21,8 @@ from typing import Any
 
 import pytest
 
-from specctl.verdict.client import EngineClient, EngineHTTPError
+from specctl.verdict.client import EngineClient
+from specctl.verdict.engine_errors import EngineHTTPError
 
 ROOT = Path(__file__).resolve().parents[3]
 MODELS = ROOT / "specctl" / "engines" / "reference" / "models"

@@ -1,0 +1,72 @@
+"""The ledger's schema: the kinds, statuses and events a run records, and the migrations that move a
+ledger file forward (`PRAGMA user_version` is how many have run), never edited in place."""
+
+from __future__ import annotations
+
+KINDS = ("deploy", "verify", "baseline", "rollback", "unlock", "tune", "stage")
+STATUSES = ("running", "succeeded", "failed", "killed")
+EVENTS = ("began", "ended", "failed", "undone", "undo-failed")
+
+MIGRATIONS: tuple[str, ...] = (
+    # 1: runs and what each did on each host
+    """
+    CREATE TABLE runs (
+        id TEXT PRIMARY KEY,
+        kind TEXT NOT NULL,
+        profile TEXT,
+        profile_version INTEGER,
+        profile_sha256 TEXT,
+        hosts TEXT NOT NULL DEFAULT '[]',
+        command TEXT NOT NULL,
+        user TEXT NOT NULL,
+        machine TEXT NOT NULL,
+        pid INTEGER NOT NULL,
+        reason TEXT,
+        engine TEXT,
+        engine_version TEXT,
+        inputs TEXT NOT NULL DEFAULT '{}',
+        verdict TEXT,
+        status TEXT NOT NULL,
+        started_at TEXT NOT NULL,
+        finished_at TEXT
+    );
+    CREATE TABLE run_hosts (
+        run_id TEXT NOT NULL REFERENCES runs(id),
+        host TEXT NOT NULL,
+        release TEXT,
+        facts TEXT,
+        commands TEXT,
+        measurements TEXT,
+        verdict TEXT,
+        passed INTEGER,
+        PRIMARY KEY (run_id, host)
+    );
+    """,
+    # 2: the lookups `runs`, baselines and rollback make
+    """
+    CREATE INDEX runs_by_profile ON runs(profile, started_at);
+    CREATE INDEX runs_by_kind ON runs(kind, status, started_at);
+    ALTER TABLE runs ADD COLUMN parent TEXT REFERENCES runs(id);
+    ALTER TABLE runs ADD COLUMN baseline_key TEXT;
+    """,
+    # 3: the step boundaries of a run on each host, in the order they happened
+    """
+    CREATE TABLE run_events (
+        run_id TEXT NOT NULL REFERENCES runs(id),
+        seq INTEGER NOT NULL,
+        host TEXT NOT NULL,
+        stage TEXT NOT NULL,
+        event TEXT NOT NULL,
+        at TEXT NOT NULL,
+        detail TEXT,
+        PRIMARY KEY (run_id, seq)
+    );
+    """,
+    # 4: a deploy's unit of work is a step (staging is fetching weights)
+    """
+    ALTER TABLE run_events RENAME COLUMN stage TO step;
+    """,
+)
+SCHEMA_VERSION = len(MIGRATIONS)
+# the oldest schema a reading command reads as it is: 3 differs from 4 only in the events' column name
+READABLE_SCHEMA = 3
