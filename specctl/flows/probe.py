@@ -10,7 +10,7 @@ import time
 from typing import Any
 
 from specctl.engines import ProbeReport
-from specctl.plan.capture import positions_of
+from specctl.engines.capture_frame import positions_of
 from specctl.plan.inputs import Inputs
 from specctl.plan.plan import build_plan
 from specctl.plan.resolve import resolve_capture

@@ -9,9 +9,9 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 
 from specctl.constants import DEFAULT_MEM_FRACTION_STATIC, GIB, KV_HEADROOM_MIN_GIB
+from specctl.engines.capture_frame import layers_of, positions_of, show_layers, show_positions
 from specctl.errors import EngineError
 from specctl.gpus import GPUS
-from specctl.plan.capture import layers_of, positions_of, show_layers, show_positions
 from specctl.plan.findings import Finding, Severity
 from specctl.plan.inputs import Inputs
 from specctl.plan.resolve import CaptureResolution, resolve_capture

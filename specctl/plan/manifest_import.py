@@ -10,9 +10,9 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from specctl.engines import Engine
+from specctl.engines.capture_frame import EMBEDDING, Layer, layer_of, show_layers
 from specctl.errors import ManifestImportError
 from specctl.facts.checkpoint import CheckpointMeta
-from specctl.plan.capture import EMBEDDING, Layer, layer_of, show_layers
 
 CONVENTIONS = ("specforge", "sglang", "vllm", "canonical")
 

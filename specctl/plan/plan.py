@@ -7,7 +7,7 @@ from typing import Any
 
 from specctl.constants import ADAPTIVE_FILE, ADAPTIVE_PATH, OVERLAY_PATH
 from specctl.engines import LaunchSpec
-from specctl.plan.capture import layers_of
+from specctl.engines.capture_frame import layers_of
 from specctl.plan.inputs import Inputs
 from specctl.plan.resolve import CaptureResolution
 from specctl.profile.profile import is_local_path

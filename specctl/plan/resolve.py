@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from specctl.plan.capture import positions_of
+from specctl.engines.capture_frame import positions_of
 from specctl.plan.inputs import Inputs
 
 IdsOrigin = Literal["profile", "drafter-config", "overlay", "engine-default"]

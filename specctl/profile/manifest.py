@@ -1,7 +1,7 @@
 """The DrafterManifest: the drafter's training contract.
 
 `capture.layers` is in the CANONICAL frame: 0-based decoder layers whose output was captured, or
-`embedding`, in concatenation order. Engine frames are translated to and from it in `plan/capture`.
+`embedding`, in concatenation order. Engine frames are translated to and from it in `engines/capture_frame`.
 """
 
 from __future__ import annotations

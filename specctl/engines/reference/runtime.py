@@ -11,11 +11,11 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from specctl.engines.capture_frame import layers_of
 from specctl.engines.reference import tokenizer
 from specctl.engines.reference.roofline import ENV as ROOFLINE_ENV
 from specctl.engines.reference.roofline import Roofline
 from specctl.engines.reference.speculate import FinishedRequest, SpeculativeDecoder, resolve_capture
-from specctl.plan.capture import layers_of
 
 
 def finish_reason(g: FinishedRequest) -> dict[str, Any]:

@@ -1,4 +1,4 @@
-"""The canonical capture frame.
+"""The canonical capture frame, which engines, their conventions and manifests share.
 
 Canonical layer L is the output of decoder layer L (the residual stream after it, before the
 final norm) = HF `hidden_states[L+1]` = engine capture position L+1; `embedding` is position 0.
