@@ -35,10 +35,10 @@ def local(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cli: Any, fake_engine
 
 
 @pytest.mark.parametrize("failing", ["materialise", "stop_previous", "start", "ready", "switch"])
-def test_a_failure_at_any_stage_leaves_the_previous_release_serving(
+def test_a_failure_at_any_step_leaves_the_previous_release_serving(
     local: dict[str, Any], cli: Any, failing: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The stage before `failing` has done its work; `failing` raises before doing any."""
+    """The step before `failing` has done its work; `failing` raises before doing any."""
 
     def broken(c: change.Change) -> None:
         raise HostError(f"injected failure at {failing}", host="local")

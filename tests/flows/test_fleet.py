@@ -17,6 +17,8 @@ from tests.fakes.inputs import fast_inputs, write_profile
 
 NAME = "tiny-llama-demo"
 HOSTS = ("h0", "h1", "h2")
+# a server of the double answers in milliseconds: a start that hangs fails the test within this, not in 40 minutes
+BUDGET = ("--startup-timeout", "20")
 
 
 @pytest.fixture
@@ -54,7 +56,7 @@ def settled(cli: Any, profile: str, done: Callable[[dict[str, Any]], bool], *arg
 
 def test_deploy_status_logs_switch_stop(cli: Any, fleet: dict[str, Any], fake_hosts: Any, fake_engine: Any) -> None:
     v1, v2, common = fleet["v1"], fleet["v2"], fleet["common"]
-    result = cli("--json", "deploy", v1, "--no-verify", *common)
+    result = cli("--json", "deploy", *BUDGET, v1, "--no-verify", *common)
     assert result.code == 0, result.stdout + result.stderr
     first = rows(result)
     assert set(first) == set(HOSTS) and all(h["ok"] for h in first.values())
@@ -64,7 +66,7 @@ def test_deploy_status_logs_switch_stop(cli: Any, fleet: dict[str, Any], fake_ho
     assert all(h["running"] and h["healthy"] and h["current"] == first[h["host"]]["release"] for h in status.values())
     logs = cli("logs", v1, "--hosts", "h1", *common)
     assert logs.code == 0 and "fired up and ready to roll" in logs.stdout
-    second = cli("--json", "deploy", v2, "--skip-check", "--no-verify", *common)
+    second = cli("--json", "deploy", *BUDGET, v2, "--skip-check", "--no-verify", *common)
     assert second.code == 0, second.stdout + second.stderr
     after = settled(cli, v1, lambda h: len(h["servers"]) == 1)
     for host in HOSTS:
@@ -81,16 +83,16 @@ def test_one_host_failing_rolls_the_others_back_unless_max_failures_allows_it(
     cli: Any, fleet: dict[str, Any], fake_hosts: Any, fake_engine: Any
 ) -> None:
     v1, v2, common = fleet["v1"], fleet["v2"], fleet["common"]
-    assert cli("deploy", v1, "--no-verify", *common).code == 0
+    assert cli("deploy", *BUDGET, v1, "--no-verify", *common).code == 0
     good = {host: link(fake_hosts, host) for host in HOSTS}
     fake_engine.on(version=2, host="h1", start="crash")
-    refused = cli("--json", "deploy", v2, "--skip-check", "--no-verify", *common)
+    refused = cli("--json", "deploy", *BUDGET, v2, "--skip-check", "--no-verify", *common)
     assert refused.code == 3, refused.stdout + refused.stderr
     assert not rows(refused)["h1"]["ok"] and "exited during start-up" in rows(refused)["h1"]["detail"]
     assert {host: link(fake_hosts, host) for host in HOSTS} == good  # the others went back too
     assert all(h["healthy"] for h in settled(cli, v1, lambda h: len(h["servers"]) == 1).values())
 
-    allowed = cli("--json", "deploy", v2, "--skip-check", "--no-verify", "--max-failures", "1", *common)
+    allowed = cli("--json", "deploy", *BUDGET, v2, "--skip-check", "--no-verify", "--max-failures", "1", *common)
     assert allowed.code == 3, allowed.stdout + allowed.stderr
     after = rows(allowed)
     assert not after["h1"]["ok"] and after["h0"]["ok"] and after["h2"]["ok"]
@@ -106,7 +108,7 @@ def test_stale_lock_refuses_then_unlock_shows_owner(cli: Any, fleet: dict[str, A
         '{"user": "alice", "machine": "laptop", "pid": 4242, "since": "2026-11-28T10:00:00Z", '
         '"run_id": "x", "command": "specctl deploy"}\n'
     )
-    result = cli("--json", "deploy", fleet["v1"], "--hosts", "h1", "--no-verify", *fleet["common"])
+    result = cli("--json", "deploy", *BUDGET, fleet["v1"], "--hosts", "h1", "--no-verify", *fleet["common"])
     assert result.code == 3
     [h1] = result.json()["hosts"]
     assert not h1["ok"] and "locked by alice@laptop pid 4242" in h1["detail"]
@@ -115,18 +117,18 @@ def test_stale_lock_refuses_then_unlock_shows_owner(cli: Any, fleet: dict[str, A
     assert refused.code == 3 and "on another machine" in said and "--force" in said
     unlocked = cli("unlock", fleet["v1"], "--hosts", "h1", "--force", *fleet["common"])
     assert unlocked.code == 0 and "alice@laptop" in unlocked.stdout and not (base / "lock").exists()
-    assert cli("deploy", fleet["v1"], "--hosts", "h1", "--no-verify", *fleet["common"]).code == 0
+    assert cli("deploy", *BUDGET, fleet["v1"], "--hosts", "h1", "--no-verify", *fleet["common"]).code == 0
 
 
 def test_server_dying_at_startup_shows_its_log_and_restores_the_previous_release(
     cli: Any, fleet: dict[str, Any], fake_hosts: Any, fake_engine: Any
 ) -> None:
     common = [*fleet["common"], "--hosts", "h2"]
-    assert cli("deploy", fleet["v1"], "--no-verify", *common).code == 0
+    assert cli("deploy", *BUDGET, fleet["v1"], "--no-verify", *common).code == 0
     before = link(fake_hosts, "h2")
     broken = write_profile(fleet["profiles"] / "tiny-llama-v3.yaml", "tiny-llama-v1.yaml", 3)
     fake_engine.on(version=3, start="exit", exit_log=["capture position 9 is not captured: the model has 4 layers"])
-    result = cli("--json", "deploy", str(broken), "--skip-check", "--no-verify", *common)
+    result = cli("--json", "deploy", *BUDGET, str(broken), "--skip-check", "--no-verify", *common)
     assert result.code == 3
     [h2] = result.json()["hosts"]
     assert "exited during start-up" in h2["detail"] and f"restored {before}" in h2["detail"]
@@ -139,10 +141,12 @@ def test_readiness_timeout_restores_the_previous_release(
     cli: Any, fleet: dict[str, Any], fake_hosts: Any, fake_engine: Any
 ) -> None:
     common = [*fleet["common"], "--hosts", "h0"]
-    assert cli("deploy", fleet["v1"], "--no-verify", *common).code == 0
+    assert cli("deploy", *BUDGET, fleet["v1"], "--no-verify", *common).code == 0
     before = link(fake_hosts, "h0")
     fake_engine.on(version=2, start="hang")
-    result = cli("--json", "deploy", fleet["v2"], "--skip-check", "--no-verify", "--startup-timeout", "1", *common)
+    result = cli(
+        "--json", "deploy", *BUDGET, fleet["v2"], "--skip-check", "--no-verify", "--startup-timeout", "1", *common
+    )
     assert result.code == 3, result.stdout + result.stderr
     [h0] = result.json()["hosts"]
     assert "no generation within the 1 s start-up budget" in h0["detail"] and f"restored {before}" in h0["detail"]
@@ -153,7 +157,7 @@ def test_readiness_timeout_restores_the_previous_release(
 
 def test_dry_run_changes_nothing(cli: Any, fleet: dict[str, Any], fake_hosts: Any, fake_engine: Any) -> None:
     before = sorted(str(p) for p in fake_hosts.root("h0").rglob("*"))
-    result = cli("--json", "deploy", fleet["v1"], "--dry-run", "--hosts", "h0", *fleet["common"])
+    result = cli("--json", "deploy", *BUDGET, fleet["v1"], "--dry-run", "--hosts", "h0", *fleet["common"])
     assert result.code == 0, result.stderr
     [row] = result.json()["dry_run"]
     assert row["host"] == "h0" and row["would_deploy"].startswith("v1")
@@ -164,10 +168,10 @@ def test_an_unreachable_host_fails_alone_before_anything_stops(
     cli: Any, fleet: dict[str, Any], fake_hosts: Any, fake_engine: Any
 ) -> None:
     v1, v2, common = fleet["v1"], fleet["v2"], fleet["common"]
-    assert cli("deploy", v1, "--no-verify", *common).code == 0
+    assert cli("deploy", *BUDGET, v1, "--no-verify", *common).code == 0
     good = {host: link(fake_hosts, host) for host in HOSTS}
     fake_hosts.down.add("h2")
-    result = cli("--json", "deploy", v2, "--skip-check", "--no-verify", *common)
+    result = cli("--json", "deploy", *BUDGET, v2, "--skip-check", "--no-verify", *common)
     assert result.code == 3, result.stdout + result.stderr
     assert not rows(result)["h2"]["ok"] and "connection refused" in rows(result)["h2"]["detail"]
     fake_hosts.down.clear()
@@ -185,7 +189,7 @@ def test_multi_node_profile_on_two_hosts(cli: Any, fleet: dict[str, Any], fake_h
     data["hardware"]["gpus_per_node"] = 1
     multi.write_text(yaml.safe_dump(data, sort_keys=False))
     try:
-        result = cli("--json", "deploy", str(multi), "--skip-check", "--no-verify", *fleet["common"])
+        result = cli("--json", "deploy", *BUDGET, str(multi), "--skip-check", "--no-verify", *fleet["common"])
         assert result.code == 0, result.stdout + result.stderr
         assert [h["host"] for h in result.json()["hosts"]] == ["h0", "h1"]
         launch = [(fake_hosts.root(h) / "tiny-llama-2node" / "current" / "launch.sh").read_text() for h in ("h0", "h1")]
