@@ -47,7 +47,7 @@ _call = _ssh_runner.SshRunner.__call__
 
 
 def _counted(self: _ssh_runner.SshRunner, argv: Any, **kwargs: Any) -> Any:
-    COMMANDS[self.target.alias] += 1
+    COMMANDS[self.destination.alias] += 1
     return _call(self, argv, **kwargs)
 
 

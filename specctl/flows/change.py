@@ -8,7 +8,7 @@ facts, a port held by a stranger, a whole release on disk). Whatever fails later
 the previous release back: `current` names a release whose server runs, or nothing of the profile
 runs. A server whose deploy lost its host for good stops itself (see `release.start`).
 
-On a scheduler's cluster (a rolling target) nothing is stopped first: the new release's job runs
+On a scheduler's cluster (a rolling platform) nothing is stopped first: the new release's job runs
 beside the old one, `current` moves when it is ready, and the old job is cancelled only when the
 caller `retire`s it (a deploy: after verify passes); a release whose job still runs is not started
 twice (a rollback to it just switches back).
@@ -161,7 +161,7 @@ def materialise(c: Change) -> None:
 
 def stop_previous(c: Change) -> Undo | None:
     """Stop every server of the profile; the undo starts `current` again if it was running. A
-    rolling target stops only strays: neither `current`'s server nor the release's own."""
+    rolling platform stops only strays: neither `current`'s server nor the release's own."""
     s = c.session
     if s.platform.rolling:
         if c.release.profile != s.profile:  # a baseline beside a deploy that is still verifying: nothing is a stray
@@ -207,7 +207,7 @@ def restore(s: HostSession, run_id: str) -> None:
 
 def start(c: Change) -> Undo | None:
     """Start the new server (detached, its own process group, or a job); the undo stops it. On a
-    rolling target a release whose server still runs is taken as it is."""
+    rolling platform a release whose server still runs is taken as it is."""
     s = c.session
     if s.platform.rolling and c.release.run_id in c.running:
         s.progress(f"{c.release.run_id} is still running")
@@ -273,7 +273,7 @@ def switch(c: Change) -> Undo | None:
 
 
 def retire(s: HostSession, keep: str) -> list[str]:
-    """A rolling target, once `keep` is current and good: cancel the profile's other servers."""
+    """A rolling platform, once `keep` is current and good: cancel the profile's other servers."""
     if not s.platform.rolling:
         return []
     s.progress("stopping the servers of the releases before")

@@ -151,7 +151,7 @@ def next_profile_path(profile_path: Path, profile: Profile) -> Path:
 
 
 def next_profile_text(
-    original: Path, target: Path, profile: Profile, winner: CandidateResult, result: TuneResult
+    original: Path, next_path: Path, profile: Profile, winner: CandidateResult, result: TuneResult
 ) -> str:
     """The next version: `extends` the tuned file, with the winner's speculative settings."""
     interval = winner.standing.interval
@@ -164,7 +164,7 @@ def next_profile_text(
     doc = {
         "apiVersion": "specctl/v1",
         "kind": "Profile",
-        "extends": os.path.relpath(original.absolute(), target.absolute().parent),
+        "extends": os.path.relpath(original.absolute(), next_path.absolute().parent),
         "metadata": {
             "name": profile.metadata.name,
             "version": profile.metadata.version + 1,
@@ -419,9 +419,9 @@ def tune(
             else "the tune grid is empty",
             fix="change the `tune:` lists",
         )
-    target = output or next_profile_path(Path(report.inputs.profile_path), p)
-    if target.exists():
-        raise InputError(f"{target} exists; tune never overwrites a profile", fix="move it, or pass --output PATH")
+    next_path = output or next_profile_path(Path(report.inputs.profile_path), p)
+    if next_path.exists():
+        raise InputError(f"{next_path} exists; tune never overwrites a profile", fix="move it, or pass --output PATH")
     elimination = Elimination(len(candidates), planned, settings.batch, exhaustive=exhaustive)
     session = ctx.session(host, name)
     grid_inputs = {
@@ -467,10 +467,10 @@ def tune(
             result.restored = original
         result.winner = next((c for c in result.candidates if c.standing is elimination.best), None)
         if result.winner is not None:
-            target.parent.mkdir(parents=True, exist_ok=True)
-            with open(target, "x", encoding="utf-8") as handle:  # never overwrites, even one made meanwhile
-                handle.write(next_profile_text(Path(report.inputs.profile_path), target, p, result.winner, result))
-            result.profile_file = str(target)
+            next_path.parent.mkdir(parents=True, exist_ok=True)
+            with open(next_path, "x", encoding="utf-8") as handle:  # never overwrites, even one made meanwhile
+                handle.write(next_profile_text(Path(report.inputs.profile_path), next_path, p, result.winner, result))
+            result.profile_file = str(next_path)
         data = result.to_dict()
         rec.host(
             host.name,

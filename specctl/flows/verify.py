@@ -115,7 +115,7 @@ def verify_release(session: HostSession, run_id: str, *, baseline: tuple[str, Ba
         t.name, run_id, profile.metadata.name, profile.metadata.version, baseline_run=baseline[0] if baseline else None
     )
     session.progress("host facts")
-    allocated = session.platform.facts(session.release(run_id))  # a job's own machine, where the target knows it
+    allocated = session.platform.facts(session.release(run_id))  # a job's own machine, where the platform knows it
     facts = (
         host_facts.read(t.name, profile.engine.port, allocated)
         if allocated is not None

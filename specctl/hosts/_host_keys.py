@@ -20,7 +20,7 @@ def fingerprint(key: paramiko.PKey) -> str:
 
 
 def which_host(jump: str | None, hostname: str) -> str:
-    """How a message names the host it is about: the target by its address, a jump host by name too."""
+    """How a message names the host it is about: the destination by its address, a jump host by name too."""
     return f"jump host {jump} ({hostname})" if jump else hostname
 
 
@@ -30,8 +30,8 @@ class KnownHostsPolicy(paramiko.MissingHostKeyPolicy):  # type: ignore[misc]
 
     Args:
         alias: the host being reached, for the error's `host`.
-        hop: the host this client connects to (the target or one of its jump hosts).
-        jump: the jump host's name, or None when `hop` is the target.
+        hop: the host this client connects to (the destination or one of its jump hosts).
+        jump: the jump host's name, or None when `hop` is the destination.
     """
 
     def __init__(self, alias: str, hop: SshDestination, accept_new: bool, jump: str | None = None) -> None:

@@ -73,11 +73,11 @@ class _Unreachable(Exception):
 class SshRunner:
     """Runs argv on one host over a lazily opened, reused connection (through its jump hosts)."""
 
-    def __init__(self, target: SshDestination, options: SshOptions) -> None:
-        self.target = target
+    def __init__(self, destination: SshDestination, options: SshOptions) -> None:
+        self.destination = destination
         self.options = options
-        self._route = target.route()
-        self._clients: list[paramiko.SSHClient | None] = [None] * len(self._route)  # one per hop; the target's last
+        self._route = destination.route()
+        self._clients: list[paramiko.SSHClient | None] = [None] * len(self._route)  # per hop, destination last
         self._was_connected = False
         self._shell: RemoteShell | None = None
         self._shell_works = True  # False once a host would not start one (a restricted shell): channels then
@@ -87,7 +87,7 @@ class SshRunner:
 
     def _hop_client(self, i: int) -> paramiko.SSHClient:
         """Open hop i of the route: through hop i-1's direct-tcpip channel, its ProxyCommand, or directly."""
-        t, hop = self.target, self._route[i]
+        t, hop = self.destination, self._route[i]
         jump = hop.alias if i < len(self._route) - 1 else None
         where = (
             f"jump host {hop.alias} ({hop.hostname}:{hop.port})"
@@ -180,7 +180,7 @@ class SshRunner:
             except _Unreachable as exc:
                 self.close()  # the next attempt starts from the first hop: a jump host may be what broke
                 if attempt == CONNECT_ATTEMPTS:
-                    t = self.target
+                    t = self.destination
                     via = (
                         f" through {' -> '.join(j.alias for j in self._route[:-1])}"
                         if t.jumps
@@ -298,8 +298,8 @@ class SshRunner:
         self._clients[-1] = None  # the jump hosts stay open when they still are: the next connect reuses them
         cause = f": {exc}" if exc else ""
         raise ConnectionLost(
-            f"{self.target.alias}: the connection broke during `{command[:80]}`{cause}",
-            host=self.target.alias,
+            f"{self.destination.alias}: the connection broke during `{command[:80]}`{cause}",
+            host=self.destination.alias,
             fix="check the host and the network; `specctl status` shows what runs there once it answers",
         )
 
@@ -325,7 +325,7 @@ class SshRunner:
         if self._shell is not None:
             self._shell.close()
             self._shell = None
-        for i in reversed(range(len(self._clients))):  # the target first, then the hops it was tunnelled through
+        for i in reversed(range(len(self._clients))):  # the destination first, then the hops it was tunnelled through
             client = self._clients[i]
             if client is not None:
                 client.close()

@@ -14,7 +14,9 @@ from specctl.hosts.transport import Transport
 __all__ = ["ssh_transport"]
 
 
-def ssh_transport(name: str, target: SshDestination, options: SshOptions, *, address: str | None = None) -> Transport:
+def ssh_transport(
+    name: str, destination: SshDestination, options: SshOptions, *, address: str | None = None
+) -> Transport:
     """A Transport over SSH; its servers are reached at `address`, by default the SSH hostname."""
-    runner = SshRunner(target, options)
-    return Transport(name, address or target.hostname, runner, forward=runner.forward)
+    runner = SshRunner(destination, options)
+    return Transport(name, address or destination.hostname, runner, forward=runner.forward)

@@ -304,7 +304,7 @@ class Server:
 
     release: str
     handle: int
-    note: str | None = None  # what its target adds (a job's state and time left)
+    note: str | None = None  # what its platform adds (a job's state and time left)
 
 
 def servers(transport: Transport, base: str) -> list[Server]:
@@ -313,7 +313,7 @@ def servers(transport: Transport, base: str) -> list[Server]:
 
 
 def _servers_in(lines: list[str]) -> list[Server]:
-    """The "run-id handle [note]" lines a target's listing prints (`find_servers`: no note)."""
+    """The "run-id handle [note]" lines a platform's listing prints (`find_servers`: no note)."""
     found = []
     for line in lines:
         run_id, _, rest = line.partition(" ")

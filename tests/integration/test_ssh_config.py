@@ -83,7 +83,7 @@ def reach(name: str, opts: SshOptions) -> Iterator[Transport]:
     """A transport to `name` whose connections (jump hosts and ProxyCommands too) are closed after."""
     runner = SshRunner(resolve(name, opts), opts)
     try:
-        yield Transport(name, runner.target.hostname, runner)
+        yield Transport(name, runner.destination.hostname, runner)
     finally:
         runner.close()
 
