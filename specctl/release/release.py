@@ -232,13 +232,15 @@ def startup_budget(release: Release, default_s: float) -> float:
 # Whether a process group still has a live thread. A group whose processes have all exited but
 # wait to be reaped (zombies: a container's init reaps late, or never) is gone; `kill -0` alone
 # would call it alive. Threads, not processes: a process whose main thread has exited shows as a
-# zombie while its other threads (a server's listening socket among them) still run. awk exits 1
-# when no live member is found, 2 on an error (then: alive).
+# zombie while its other threads (a server's listening socket among them) still run. The stat
+# files are read by `cat`, which goes on past a thread that ended between the glob and the read
+# (awk given them as files would stop there with an error, and a stopped server would look alive);
+# awk exits 1 when no live member is found, 2 on an error of its own (then: alive).
 _ALIVE = r"""
 alive_group() {
   kill -0 "-$1" 2>/dev/null || return 1
-  awk -v g="$1" '{ sub(/.*\) /, ""); if ($3 == g && $1 != "Z") { found = 1; exit } } END { exit !found }' \
-    /proc/[0-9]*/task/[0-9]*/stat 2>/dev/null
+  cat /proc/[0-9]*/task/[0-9]*/stat 2>/dev/null \
+    | awk -v g="$1" '{ sub(/.*\) /, ""); if ($3 == g && $1 != "Z") { found = 1; exit } } END { exit !found }'
   [ $? -ne 1 ]
 }
 """
