@@ -29,7 +29,6 @@ from typing import Any
 
 from specctl.cancel import Cancelled
 from specctl.errors import InputError, LedgerError
-from specctl.ledger._liveness import process_alive
 from specctl.ledger._sqlite import (
     BUGS,
     BUSY,
@@ -48,6 +47,7 @@ from specctl.ledger._sqlite import (
 )
 from specctl.ledger.records import HostRecord, Outcome, Run, StepEvent, now
 from specctl.ledger.schema import EVENTS, KINDS, MIGRATIONS, READABLE_SCHEMA, SCHEMA_VERSION, STATUSES
+from specctl.processes import process_alive
 from specctl.settings import data_dir
 
 

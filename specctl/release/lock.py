@@ -14,8 +14,8 @@ import time
 from typing import Any
 
 from specctl.errors import ConnectionLost, HostError
-from specctl.hosts.local import process_alive
 from specctl.hosts.transport import Transport
+from specctl.processes import process_alive
 
 # create the lock file only if absent (noclobber makes the redirection fail when it exists)
 _CREATE = 'mkdir -p "${1%/*}" && set -C && printf "%s\\n" "$2" > "$1"'

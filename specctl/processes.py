@@ -1,5 +1,6 @@
-"""Whether a process of this machine still exists: how the ledger tells a run left `running` by a
-process that is gone (killed, power lost) from one still in progress."""
+"""Processes of this machine: whether one still exists. Shared by the host lock (is its holder
+here still running?) and the ledger (is a run left `running` still in progress?), neither of
+which should depend on the other or on a host transport."""
 
 from __future__ import annotations
 
