@@ -321,6 +321,12 @@ class _Handler(BaseHTTPRequestHandler):
     def _route(self, method: str) -> None:
         s = self.server_double
         body = self._body() if method == "POST" else None
+        if not s.process_alive():
+            # A killed engine's listening socket dies with it, so it never answers again; here the
+            # listener closes only once the controller sees the stub's socket end. Until then a
+            # request must not be answered as the dead server (a restarted one would look ready).
+            self.close_connection = True
+            return
         path = self.path.split("?", 1)[0]
         s.engine.requests.append(Request(s.host, s.port, s.release, method, path, body))
         b = s.behaviour
@@ -434,6 +440,7 @@ class FakeEngine:
         self.requests: list[Request] = []
         self.hosts: dict[str, tuple[str, str]] = {}  # fake host name -> (state root, address)
         self._listener: socket.socket | None = None
+        self._acceptor: threading.Thread | None = None
         self.python = str(self.write_stand_in(workdir / "engine-python"))
 
     # --- scripting --------------------------------------------------------------------------------
@@ -530,7 +537,8 @@ class FakeEngine:
         listener.bind("\0" + self.address)
         listener.listen(64)
         self._listener = listener
-        threading.Thread(target=self._accept, daemon=True, name="fake-engine").start()
+        self._acceptor = threading.Thread(target=self._accept, daemon=True, name="fake-engine")
+        self._acceptor.start()
         return self
 
     def _accept(self) -> None:
@@ -555,6 +563,15 @@ class FakeEngine:
 
     def __exit__(self, *exc: object) -> None:
         if self._listener is not None:
+            # Wake the accept thread and wait for it before the descriptor is closed: a thread still
+            # about to call accept() on a closed number would accept on whatever socket reuses it
+            # next, the next test's controller, and answer that test's servers with this one's rules.
+            try:
+                self._listener.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            if self._acceptor is not None:
+                self._acceptor.join(timeout=5)
             self._listener.close()
         for server in list(self.servers):
             server.close()

@@ -17,8 +17,6 @@ NAME = "tiny-llama-demo"
 HOSTS = ("h0", "h1", "h2")
 # a server of the double answers in milliseconds: a start that hangs fails the test within this, not in 40 minutes
 BUDGET = ("--startup-timeout", "20")
-# open: in a full fast-tier run the engine double sometimes never answers a restarted server on a fake host
-FLAKY = "flaky in a full fast-tier run (engine double, restarted server on a fake host)"
 
 
 @pytest.fixture
@@ -45,10 +43,6 @@ def status_of(cli: Any, profile: str, *args: str) -> dict[str, Any]:
     return rows(cli("--json", "status", profile, *args))
 
 
-@pytest.mark.xfail(
-    reason=FLAKY,
-    strict=False,
-)
 def test_deploy_status_logs_switch_stop(cli: Any, fleet: dict[str, Any], fake_hosts: Any, fake_engine: Any) -> None:
     v1, v2, common = fleet["v1"], fleet["v2"], fleet["common"]
     result = cli("--json", "deploy", *BUDGET, v1, "--no-verify", *common)
@@ -74,10 +68,6 @@ def test_deploy_status_logs_switch_stop(cli: Any, fleet: dict[str, Any], fake_ho
     assert not any(h["running"] or h["servers"] for h in status_of(cli, v1).values())
 
 
-@pytest.mark.xfail(
-    reason=FLAKY,
-    strict=False,
-)
 def test_one_host_failing_rolls_the_others_back_unless_max_failures_allows_it(
     cli: Any, fleet: dict[str, Any], fake_hosts: Any, fake_engine: Any
 ) -> None:

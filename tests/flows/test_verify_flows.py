@@ -14,8 +14,6 @@ import pytest
 from tests.fakes.inputs import fast_inputs, ordered_run_ids, write_profile
 
 NAME = "tiny-llama-demo"
-# open: in a full fast-tier run the engine double sometimes never answers a restarted server on a fake host
-FLAKY = "flaky in a full fast-tier run (engine double, restarted server on a fake host)"
 
 
 @pytest.fixture
@@ -94,10 +92,6 @@ def test_rollback_chooses_the_newest_verified_release_that_is_not_current(
     assert by_version.code == 0 and link(local) == third and by_version.json()["hosts"][0]["verdict"]["passed"]
 
 
-@pytest.mark.xfail(
-    reason=FLAKY,
-    strict=False,
-)
 def test_a_failed_rollback_verify_exits_1_and_keeps_known_good(
     cli: Any, local: dict[str, Any], fake_engine: Any
 ) -> None:
