@@ -10,6 +10,8 @@ verify relies on comes from, and writes the first release of each feature to
   field is ignored and only the native `/generate` returns `meta_info`.
 - `spec_verify_ct`: `meta_info` carries the verify-step count (the managers set the key).
 - `e2e_latency`: `meta_info` carries the request's end-to-end latency.
+- `server_info_route`: the server answers `/server_info` and `/model_info`; before it only
+  `/get_server_info` and `/get_model_info`.
 
     python scripts/gen_sglang_http.py [--check] [--cache DIR]
 """
@@ -33,6 +35,9 @@ FEATURES: dict[str, tuple[str, str]] = {
     "chat_meta_info": (r"sglang/srt/(entrypoints|openai_api)/.*\.py$", "return_meta_info"),
     "spec_verify_ct": (r"sglang/srt/managers/.*\.py$", '"spec_verify_ct"'),
     "e2e_latency": (r"sglang/srt/managers/.*\.py$", '"e2e_latency"'),
+    # the route the server's arguments are read from: `/get_server_info` only, until `/server_info` (and
+    # `/model_info`) appear; the old names stay as deprecated aliases
+    "server_info_route": (r"sglang/srt/(entrypoints/http_server|server)\.py$", '"/server_info"'),
 }
 
 

@@ -71,6 +71,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if is_lab(item) and item.get_closest_marker("lab") is None:
             item.add_marker(pytest.mark.lab)
+        if uses_slurm(item):  # one Slurm lab at a time: its daemons use Slurm's fixed ports and node names
+            item.add_marker(pytest.mark.xdist_group("slurm"))
+
+
+def uses_slurm(item: pytest.Item) -> bool:
+    return "slurm" in Path(str(item.path)).name or bool({"slurm", "slurm_lab"} & set(getattr(item, "fixturenames", ())))
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:

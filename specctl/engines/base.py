@@ -139,6 +139,8 @@ class HttpContract:
     chat_meta_info: bool  # /v1/chat/completions returns meta_info (with the speculative counters) when asked
     spec_counters: bool  # meta_info carries spec_verify_ct when speculating
     e2e_latency: bool  # meta_info carries e2e_latency
+    server_info_path: str = "/server_info"  # where the server reports its arguments (/get_server_info before it)
+    model_info_path: str = "/model_info"
 
 
 @dataclass(frozen=True)

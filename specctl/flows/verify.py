@@ -133,8 +133,9 @@ def verify_release(session: HostSession, run_id: str, *, baseline: tuple[str, Ba
         session.server_url(session.release(run_id), profile.engine.port), timeout_s=REQUEST_DEADLINE_S, cancel=cancel
     )
     session.progress("drift")
+    contract = engine.http_contract(profile.engine.version)
     try:
-        info = client.server_info()
+        info = client.server_info(path=contract.server_info_path)
     except EngineHTTPError as exc:
         verdict.drift = [{"field": "server", "expected": "answering", "reported": exc.message}]
         return verdict
@@ -143,7 +144,6 @@ def verify_release(session: HostSession, run_id: str, *, baseline: tuple[str, Ba
     )
     verdict.drift = drift(expected, engine.reported_server_args(info))
     v = profile.verify
-    contract = engine.http_contract(profile.engine.version)
     no_counters = (
         gate.NO_COUNTERS
         if contract.spec_counters

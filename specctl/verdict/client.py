@@ -222,8 +222,9 @@ class EngineClient:
             return False
         return 200 <= status < 300
 
-    def server_info(self, *, timeout_s: float | None = None) -> dict[str, Any]:
-        return self._object("GET", "/server_info", timeout_s)
+    def server_info(self, *, path: str = "/server_info", timeout_s: float | None = None) -> dict[str, Any]:
+        """The server's resolved arguments, at the route its version serves them on."""
+        return self._object("GET", path, timeout_s)
 
     def model_info(self, *, timeout_s: float | None = None) -> dict[str, Any]:
         return self._object("GET", "/model_info", timeout_s)

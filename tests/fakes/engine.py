@@ -334,9 +334,9 @@ class _Handler(BaseHTTPRequestHandler):
             return self._send(b.refuse_status, {"error": {"message": f"{path} refused by the engine double"}})
         if path in ("/health", "/health_generate"):
             return self._send(200 if b.health else 503)
-        if path in ("/server_info", "/get_server_info"):
+        if path in ("/get_server_info", s.contract.server_info_path):  # the emulated release's routes
             return self._send(200, s.server_info())
-        if path in ("/model_info", "/get_model_info"):
+        if path in ("/get_model_info", s.contract.model_info_path):
             return self._send(
                 200,
                 {

@@ -180,3 +180,17 @@ def test_drift_and_a_server_that_does_not_answer_fail_verify(cli: Any, local: di
     assert refused.code != 0
     [row] = refused.json()["hosts"][0]["verdict"]["drift"]
     assert row["field"] == "server" and "HTTP 500" in row["reported"]
+
+
+def test_drift_reads_the_server_info_route_of_the_version(cli: Any, local: dict[str, Any], fake_engine: Any) -> None:
+    """sglang serves /server_info from 0.5.6; before it only /get_server_info (the double serves what the
+    emulated release serves), and drift must still read the server's arguments there."""
+    older = write_profile(local["profiles"] / "older.yaml", "tiny-llama-v1.yaml", 7, engine={"version": "0.5.5"})
+    fake_engine.on(version=7, server_info={"speculative_num_steps": 5})
+    done = cli("--json", "deploy", str(older), "--skip-check", "--baseline", "skip", "--no-rollback")
+    assert done.code == 1, done.stdout + done.stderr
+    assert {"field": "speculative_num_steps", "expected": "3", "reported": "5"} in done.json()["hosts"][0]["verdict"][
+        "drift"
+    ]
+    asked = {r.path for r in fake_engine.requests if r.path.endswith("server_info")}
+    assert asked == {"/get_server_info"}

@@ -275,13 +275,18 @@ def make_app(service: Service) -> FastAPI:
         final = await service.submit([0], SamplingParams(max_new_tokens=1, temperature=0)).last()
         return Response(status_code=200 if final.done is not None else 503)
 
-    @app.api_route("/server_info", methods=["GET"])
-    @app.api_route("/get_server_info", methods=["GET"])
+    # the emulated release's routes: /get_server_info and /get_model_info always (kept as deprecated
+    # aliases), /server_info and /model_info only from the release that added them
+    contract = service.contract
+    info_paths = dict.fromkeys(("/get_server_info", contract.server_info_path))
+    model_paths = dict.fromkeys(("/get_model_info", contract.model_info_path))
+
     async def server_info() -> dict[str, Any]:
         return service.server_info()
 
-    @app.api_route("/model_info", methods=["GET"])
-    @app.api_route("/get_model_info", methods=["GET"])
+    for path in info_paths:
+        app.add_api_route(path, server_info, methods=["GET"])
+
     async def model_info() -> dict[str, Any]:
         return {
             "model_path": service.runtime.target_dir,
@@ -294,6 +299,9 @@ def make_app(service: Service) -> FastAPI:
             "has_audio_understanding": False,
             **service.runtime.model_facts(),
         }
+
+    for path in model_paths:
+        app.add_api_route(path, model_info, methods=["GET"])
 
     @app.api_route("/flush_cache", methods=["GET", "POST"])
     async def flush_cache() -> Response:

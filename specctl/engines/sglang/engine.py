@@ -542,7 +542,15 @@ class SGLangEngine:
             first = since.get(feature)
             return first is not None and first in releases and at >= releases.index(first)
 
-        return HttpContract(version, has("chat_meta_info"), has("spec_verify_ct"), has("e2e_latency"))
+        new_routes = has("server_info_route")  # before it only /get_server_info and /get_model_info exist
+        return HttpContract(
+            version,
+            has("chat_meta_info"),
+            has("spec_verify_ct"),
+            has("e2e_latency"),
+            server_info_path="/server_info" if new_routes else "/get_server_info",
+            model_info_path="/model_info" if new_routes else "/get_model_info",
+        )
 
     def expected_server_args(self, argv: Sequence[str], release_dir: str, engine_version: str) -> dict[str, str]:
         # the flags whose resolved value /server_info reports under the flag's dest name

@@ -278,3 +278,5 @@ def test_the_http_contract_per_version() -> None:
     assert new.chat_meta_info and new.spec_counters
     assert not sglang.http_contract("0.4.1").spec_counters  # spec_verify_ct from 0.4.2
     assert sglang.http_contract("0.6.0").chat_meta_info  # newer than the table: the newest contract
+    assert sglang.http_contract("0.5.5.post3").server_info_path == "/get_server_info"  # /server_info from 0.5.6
+    assert sglang.http_contract("0.5.6").server_info_path == "/server_info"

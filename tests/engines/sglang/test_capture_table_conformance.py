@@ -153,3 +153,7 @@ def test_the_http_contract_matches_the_release_code(cache_dir: Path) -> None:
     for version in ("0.5.12.post1", "0.5.13", "0.5.23"):
         [wheel] = sorted(cache_dir.glob(f"sglang-{version}-*.whl"))[:1]
         assert http.features_of(wheel)["chat_meta_info"] == get_engine("sglang").http_contract(version).chat_meta_info
+    for version in ("0.5.5.post1", "0.5.6"):  # either side of /server_info (only /get_server_info before it)
+        [wheel] = sorted(cache_dir.glob(f"sglang-{version}-*.whl"))[:1]
+        served = http.features_of(wheel)["server_info_route"]
+        assert served == (get_engine("sglang").http_contract(version).server_info_path == "/server_info"), version
