@@ -5,6 +5,7 @@ from __future__ import annotations
 from functools import cache
 
 from specctl.engines.base import (
+    ConfigOverride,
     Convention,
     Engine,
     HttpContract,
@@ -18,6 +19,7 @@ from specctl.engines.base import (
 from specctl.errors import EngineError
 
 __all__ = [
+    "ConfigOverride",
     "Convention",
     "Engine",
     "HttpContract",

@@ -132,6 +132,29 @@ class EngineProblem:
 
 
 @dataclass(frozen=True)
+class ConfigOverride:
+    """A launch flag whose keys replace the same keys of the target's and the drafter's config at load time.
+
+    `decides_ids`: the override replaces the part of the drafter's config the capture ids are read
+    from (`ids_key`), so the engine reads the ids from the flag, and a drafter overlay cannot change them.
+    """
+
+    flag: str
+    values: Mapping[str, Any]
+    ids_key: str
+    decides_ids: bool = False
+    error: str | None = None
+
+    def applied(self, config: Mapping[str, Any]) -> dict[str, Any]:
+        return {**config, **self.values}
+
+    @property
+    def num_layers(self) -> int | None:
+        value = self.values.get("num_hidden_layers")
+        return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+@dataclass(frozen=True)
 class HttpContract:
     """What one engine version's HTTP API gives verify (derived from each release's code)."""
 
@@ -242,6 +265,28 @@ class Engine(Protocol):
 
     def probe_script(self) -> Path:
         """A self-contained file the engine's interpreter runs: JSON request on stdin, answer on stdout."""
+        ...
+
+    def config_override(self, version: str, args: Mapping[str, Any]) -> ConfigOverride | None:
+        """The launch flag among `args` that overrides keys of the checkpoints' configs, parsed; None if none."""
+        ...
+
+    def serving_problems(
+        self,
+        version: str,
+        architecture: str,
+        algorithm: str,
+        args: Mapping[str, Any],
+        capture: CaptureOutcome,
+        num_layers: int,
+        target_config: Mapping[str, Any],
+        compute_capability: str | None,
+    ) -> list[EngineProblem]:
+        """How these launch flags make the server capture otherwise than `capture` (the setter's answer), or refuse."""
+        ...
+
+    def pipeline_stages(self, version: str, args: Mapping[str, Any]) -> int:
+        """How many pipeline stages `args` ask for (each holds its share of the layers on tp GPUs)."""
         ...
 
     def http_contract(self, version: str) -> HttpContract:

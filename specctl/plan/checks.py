@@ -28,6 +28,12 @@ CODES: dict[str, str] = {
     "capture-overlay": "the drafter config's ids need an overlay to capture the manifest's layers",
     "capture-default": "the drafter config has no ids, so the engine's default layers are captured",
     "capture-out-of-range": "an id is out of range: silently not captured, or the engine fails at start-up",
+    "capture-duplicate": "an id is given twice: captured once (one block of features short), or a start-up failure",
+    "capture-cuda-graph": "verify steps replay CUDA graphs captured before the drafter's ids: the default layers",
+    "capture-union": "a setter that never clears its marks captures the default and the drafter's layers together",
+    "capture-tbo": "two-batch overlap splits batches that then capture fewer layers, or fail",
+    "model-override": "a config override the engine fails on, or that changes the drafter's layer count",
+    "pp-speculative": "the engine refuses pipeline parallelism with this speculative algorithm",
     "capture-width": "drafter fc input width differs from captures x target hidden size",
     "manifest-width": "manifest capture width differs from the drafter's fc input width",
     "manifest-order": "manifest layers are not strictly ascending (the engine concatenates ascending, once each)",
@@ -185,10 +191,14 @@ def _capture(inputs: Inputs, r: CaptureResolution | None) -> Iterator[Finding]:
                 **common,
             )
         elif not r.matches:
-            ids_fix = c.ids_for(needed, inputs.num_layers)
+            ids_fix = c.ids_for(needed, r.num_layers or inputs.num_layers)
+            o = r.override
             fix = (
                 (
-                    f"remove drafter.layer_ids so specctl writes an overlay with ids {show_positions(ids_fix)}"
+                    f"set {o.ids_key} in {o.flag} to {show_positions(ids_fix)}, or remove "
+                    f"{o.ids_key.split('.')[0]} from {o.flag} so specctl's overlay decides the ids"
+                    if o is not None and r.origin == "override"
+                    else f"remove drafter.layer_ids so specctl writes an overlay with ids {show_positions(ids_fix)}"
                     if r.origin == "profile"
                     else f"set drafter.layer_ids: {show_positions(ids_fix)}"
                 )
@@ -207,7 +217,7 @@ def _capture(inputs: Inputs, r: CaptureResolution | None) -> Iterator[Finding]:
                 f"ids {shown_ids} make {where} {made}, but the drafter was trained on {show_layers(layers_of(needed))} "
                 f"(positions {show_positions(needed)})",
                 fix,
-                "drafter.layer_ids" if r.origin == "profile" else "drafter.manifest",
+                _ids_field(r),
                 **common,
             )
         elif r.overlay and r.origin == "overlay":
@@ -235,27 +245,82 @@ def _capture(inputs: Inputs, r: CaptureResolution | None) -> Iterator[Finding]:
                 "drafter.model",
                 **common,
             )
+    twice = _duplicates(served)
     for position, reason in outcome.dropped:
+        if reason.startswith("requested twice"):
+            continue  # named below, with the id that repeats
         yield _f(
             "capture-out-of-range",
             E,
             f"{where} silently does not capture position {position}: {reason}",
             "use ids inside the target's layers; the drafter then gets fewer features than it was trained on",
-            "drafter.layer_ids" if r.origin == "profile" else "drafter.model",
+            _ids_field(r),
             position=position,
             reason=reason,
             ids=list(served or []),
         )
-    if outcome.error:
+    if twice:
+        outcome_text = (
+            f"fails at start-up: {outcome.error}"
+            if outcome.error
+            else "captures that layer once, so the drafter gets one block of features fewer than it has ids"
+        )
+        yield _f(
+            "capture-duplicate",
+            E,
+            f"ids {shown_ids} name {show_positions(twice)} twice: {where} {outcome_text}",
+            "list each id once, as many ids as the layers the drafter was trained on (the manifest's capture.layers)",
+            _ids_field(r),
+            duplicates=twice,
+            ids=list(served or []),
+        )
+    elif outcome.error:
         yield _f(
             "capture-out-of-range",
             E,
             f"{where} fails at start-up with ids {shown_ids}: {outcome.error}",
             "use ids inside the target's layers",
-            "drafter.layer_ids" if r.origin == "profile" else "drafter.model",
+            _ids_field(r),
             error=outcome.error,
             ids=list(served or []),
         )
+
+
+def _ids_field(r: CaptureResolution) -> str:
+    """The profile field that decides the served ids."""
+    return {"profile": "drafter.layer_ids", "override": "engine.args"}.get(r.origin, "drafter.model")
+
+
+def _duplicates(ids: tuple[int, ...] | None) -> list[int]:
+    seen: set[int] = set()
+    twice: set[int] = set()
+    for i in ids or ():
+        (twice if i in seen else seen).add(i)
+    return sorted(twice)
+
+
+@check
+def _serving(inputs: Inputs, r: CaptureResolution | None) -> Iterator[Finding]:
+    """What the launch flags change on top of the setter's answer (graphs, overrides, batch splits, pipelines)."""
+    p, arch = inputs.profile, inputs.architecture
+    if p.drafter is None or arch is None:
+        return
+    n = (r.num_layers if r is not None else None) or inputs.num_layers
+    if r is None or n is None:
+        return
+    gpu = GPUS.get(p.hardware.gpu)
+    for problem in inputs.engine.serving_problems(
+        p.engine.version,
+        arch,
+        p.speculative.algorithm,
+        p.engine.args,
+        r.served_outcome,
+        n,
+        inputs.target.config if inputs.target else {},
+        gpu.compute_capability if gpu else None,
+    ):
+        field = "engine.version" if problem.code in ("capture-cuda-graph", "capture-union") else "engine.args"
+        yield _f(problem.code, E if problem.error else W, problem.message, problem.fix, field)
 
 
 @check
@@ -452,14 +517,17 @@ def _parallel(inputs: Inputs, _: CaptureResolution | None) -> Iterator[Finding]:
     p, t = inputs.profile, inputs.target
     tp, nodes = p.parallel.tp, p.parallel.nnodes
     gpus = nodes * p.hardware.gpus_per_node
-    if tp > gpus:
+    pp = inputs.engine.pipeline_stages(p.engine.version, p.engine.args)
+    if tp * pp > gpus:
+        stages = f" x pp {pp}" if pp > 1 else ""
         yield _f(
             "tp-gpus",
             E,
-            f"tp {tp} needs {tp} GPUs but {nodes} node(s) x {p.hardware.gpus_per_node} have {gpus}",
+            f"tp {tp}{stages} needs {tp * pp} GPUs but {nodes} node(s) x {p.hardware.gpus_per_node} have {gpus}",
             "lower parallel.tp or add nodes",
             "parallel.tp",
             tp=tp,
+            pp=pp,
             gpus=gpus,
         )
     if tp % nodes:
@@ -521,13 +589,14 @@ def _memory(inputs: Inputs, _: CaptureResolution | None) -> Iterator[Finding]:
     if not isinstance(fraction, (int, float)) or isinstance(fraction, bool):
         return  # flag-type reports it
     weights = t.weight_bytes + (inputs.drafter.weight_bytes if inputs.drafter and p.drafter else 0)
-    per_gpu_gib = weights / p.parallel.tp / GIB
+    pp = inputs.engine.pipeline_stages(p.engine.version, p.engine.args)  # each stage holds its share of the layers
+    per_gpu_gib = weights / (p.parallel.tp * pp) / GIB
     budget_gib = gpu.memory_gib * float(fraction)
     if per_gpu_gib + KV_HEADROOM_MIN_GIB > budget_gib:
         yield _f(
             "memory",
             E,
-            f"weights need {per_gpu_gib:.1f} GiB per GPU (tp {p.parallel.tp}) "
+            f"weights need {per_gpu_gib:.1f} GiB per GPU (tp {p.parallel.tp}{f' x pp {pp}' if pp > 1 else ''}) "
             f"plus {KV_HEADROOM_MIN_GIB:.0f} GiB KV headroom, "
             f"but {gpu.key} offers {gpu.memory_gib:.1f} GiB x mem_fraction_static {fraction} = {budget_gib:.1f} GiB",
             "raise parallel.tp, use a GPU with more memory, a quantized checkpoint, or raise mem-fraction-static",

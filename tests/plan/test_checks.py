@@ -71,6 +71,24 @@ def short_d2t(s: Scenario) -> None:
     ]
 
 
+# a drafter trained on layers other than the engine's default ones ([2, N//2, N-3] = layers [1, 15, 28] at N = 32)
+OFF_DEFAULT = both(
+    drafter(eagle_config={"eagle_aux_hidden_state_layer_ids": [3, 17, 27]}), manifest(capture={"layers": [3, 17, 27]})
+)
+QWEN3_MOE = both(
+    target(architectures=["Qwen3MoeForCausalLM"], model_type="qwen3_moe"),
+    manifest(target={"architecture": "Qwen3MoeForCausalLM"}),
+)
+
+
+def DEEPSEEK(dense: int) -> Edit:
+    """A DeepSeek-V3 target whose first `dense` layers are dense (two-batch overlap captures only there)."""
+    return both(
+        target(architectures=["DeepseekV3ForCausalLM"], model_type="deepseek_v3", first_k_dense_replace=dense),
+        manifest(target={"architecture": "DeepseekV3ForCausalLM"}),
+    )
+
+
 # code -> (an edit that triggers it, an edit under which it is absent though the topic is exercised)
 CASES: dict[str, tuple[Edit, Edit]] = {
     "checkpoint-unreadable": (profile(target={"model": "/nonexistent/target"}), lambda s: None),
@@ -192,6 +210,24 @@ CASES: dict[str, tuple[Edit, Edit]] = {
         profile(engine={"version": "0.5.14", "args": {"enable-metrics": True}}),
     ),
     "probe-failed": (lambda s: setattr(s, "engine_python", "/nonexistent/python"), lambda s: None),
+    "capture-duplicate": (profile(drafter={"layer_ids": [1, 1, 28]}), profile(drafter={"layer_ids": [1, 15, 28]})),
+    "capture-cuda-graph": (
+        both(OFF_DEFAULT, profile(engine={"version": "0.5.10"})),
+        both(OFF_DEFAULT, profile(engine={"version": "0.5.10", "args": {"disable-cuda-graph": True}})),
+    ),
+    "capture-union": (
+        both(OFF_DEFAULT, QWEN3_MOE, profile(engine={"version": "0.5.10"})),
+        both(OFF_DEFAULT, QWEN3_MOE, profile(engine={"version": "0.5.10", "args": {"disable-cuda-graph": True}})),
+    ),
+    "capture-tbo": (
+        both(DEEPSEEK(3), profile(engine={"args": {"enable-two-batch-overlap": True}})),
+        both(DEEPSEEK(30), profile(engine={"args": {"enable-two-batch-overlap": True}})),
+    ),
+    "model-override": (
+        profile(engine={"args": {"json-model-override-args": '{"num_hidden_layers": 2}'}}),
+        profile(engine={"args": {"json-model-override-args": '{"max_position_embeddings": 4096}'}}),
+    ),
+    "pp-speculative": (profile(engine={"args": {"pp-size": 2}}), profile(engine={"args": {"pp-size": 1}})),
 }
 
 # codes that need a real engine to answer the probe: covered (failing and passing) by

@@ -11,6 +11,8 @@ from typing import Any
 
 from specctl.constants import OVERLAY_DIR, OVERLAY_PATH
 from specctl.engines.base import (
+    CaptureOutcome,
+    ConfigOverride,
     Convention,
     EngineProblem,
     HttpContract,
@@ -23,6 +25,7 @@ from specctl.engines.base import (
 )
 from specctl.engines.flags import FlagCatalog, StoreError, load_catalog, shipped_versions
 from specctl.engines.sglang import capture as table
+from specctl.engines.sglang import serving
 from specctl.errors import EngineError
 
 DATA = Path(__file__).parent / "data"
@@ -530,6 +533,46 @@ class SGLangEngine:
         # the project's release images on Docker Hub are tagged v<version> (CUDA variants add a
         # suffix, e.g. v0.5.12-cu130; the plain tag is the default build)
         return f"lmsysorg/sglang:v{version}"
+
+    def _settings(self, version: str, args: Mapping[str, Any]) -> dict[str, Any]:
+        try:
+            catalog = self.flag_catalog(version)
+        except EngineError:
+            catalog = FlagCatalog(self.name, version, ())
+        return serving.launch_settings(catalog, args)
+
+    def config_override(self, version: str, args: Mapping[str, Any]) -> ConfigOverride | None:
+        return serving.config_override(self._settings(version, args))
+
+    def serving_problems(
+        self,
+        version: str,
+        architecture: str,
+        algorithm: str,
+        args: Mapping[str, Any],
+        capture: CaptureOutcome,
+        num_layers: int,
+        target_config: Mapping[str, Any],
+        compute_capability: str | None,
+    ) -> list[EngineProblem]:
+        rule = table.load_table().rule_for(version, architecture)
+        default = table.default_positions(rule, num_layers) if rule is not None and rule.supported else []
+        launch = serving.Launch(
+            version,
+            architecture,
+            algorithm,
+            self._settings(version, args),
+            capture,
+            default,
+            num_layers,
+            target_config,
+            compute_capability,
+        )
+        return serving.serving_problems(launch)
+
+    def pipeline_stages(self, version: str, args: Mapping[str, Any]) -> int:
+        value = self._settings(version, args).get("pp_size", 1)
+        return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 1
 
     def http_contract(self, version: str) -> HttpContract:
         """From data/http.json (scripts/gen_sglang_http.py: the first release of each feature); a
