@@ -15,7 +15,14 @@ from specctl.engines.capture_frame import layers_of
 from specctl.engines.reference import tokenizer
 from specctl.engines.reference.roofline import ENV as ROOFLINE_ENV
 from specctl.engines.reference.roofline import Roofline
-from specctl.engines.reference.speculate import FinishedRequest, SpeculativeDecoder, resolve_capture
+from specctl.engines.reference.speculate import (
+    TARGET_ARCHITECTURE,
+    FinishedRequest,
+    SpeculativeDecoder,
+    resolve_capture,
+)
+from specctl.engines.sglang import capture as capture_table
+from specctl.engines.sglang import serving
 
 
 def finish_reason(g: FinishedRequest) -> dict[str, Any]:
@@ -92,6 +99,27 @@ def adaptive_tiers(args: argparse.Namespace, resolved: Mapping[str, Any]) -> dic
     return tiered
 
 
+def replayed_positions(
+    args: argparse.Namespace, ids: Sequence[int] | None, positions: Sequence[int], num_layers: int
+) -> list[int] | None:
+    """The positions the emulated release's CUDA graphs capture, where they differ from the drafter's (None)."""
+    if (
+        ids is None
+        or args.disable_cuda_graph
+        or not serving.shows("graph_default_before_ids", args.emulate_sglang_version)
+    ):
+        return None
+    rule = capture_table.load_table().rule_for(args.emulate_sglang_version, TARGET_ARCHITECTURE)
+    default = sorted(set(capture_table.default_positions(rule, num_layers))) if rule is not None else []
+    return default if default and default != sorted(positions) else None
+
+
+def graph_max_bs(args: argparse.Namespace, resolved: Mapping[str, Any]) -> int:
+    """The largest batch a graph covers: sglang caps its graph sizes at the running-request limit."""
+    limit = int(resolved["max_running_requests"])
+    return min(args.cuda_graph_max_bs, limit) if args.cuda_graph_max_bs else limit
+
+
 def load(args: argparse.Namespace, resolved: Mapping[str, Any], log: Callable[[str], None]) -> Runtime:
     """Load the checkpoints as sglang would for these flags, then warm up (a width mismatch fails here)."""
     log("Load weight begin. device=cpu")
@@ -113,6 +141,13 @@ def load(args: argparse.Namespace, resolved: Mapping[str, Any], log: Callable[[s
             f"EAGLE3 aux hidden state capture positions {list(positions)} "
             f"(ids {ids}, sglang {args.emulate_sglang_version} convention)"
         )
+    graph = replayed_positions(args, ids, positions, num_layers) if drafter and positions is not None else None
+    if graph is not None:
+        log(
+            f"CUDA graphs captured with capture positions {graph}: sglang {args.emulate_sglang_version} applies the "
+            f"drafter's ids after capturing them, so verify steps of up to {graph_max_bs(args, resolved)} requests "
+            "replay the default layers (--disable-cuda-graph avoids it)"
+        )
     tiers = adaptive_tiers(args, resolved) if drafter else None
     if tiers is not None:
         log(f"AdaptiveSpeculativeParams initialized: tiers {tiers} (sglang {args.emulate_sglang_version})")
@@ -132,6 +167,8 @@ def load(args: argparse.Namespace, resolved: Mapping[str, Any], log: Callable[[s
         max_running_requests=resolved["max_running_requests"],
         adaptive=tiers,
         roofline=roofline,
+        graph_positions=graph,
+        graph_max_bs=graph_max_bs(args, resolved),
     )
     log("Load weight end. type=LlamaForCausalLM, dtype=float64, device=cpu")
     log("Capture cuda graph begin. (reference engine: a warmup generation instead)")

@@ -57,6 +57,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--trust-remote-code", action="store_true")
     p.add_argument("--served-model-name")
     p.add_argument("--enable-metrics", action="store_true")
+    p.add_argument("--disable-cuda-graph", action="store_true")
+    p.add_argument("--cuda-graph-max-bs", type=int)
     p.add_argument("--log-level", default="info")
     p.add_argument(
         "--emulate-sglang-version",

@@ -172,6 +172,10 @@ class SpeculativeDecoder:
         max_running_requests: sequences decoded together (rows of the KV caches), default 16.
         adaptive: sglang's adaptive-speculation tiers (None: num_steps is fixed).
         roofline: a GPU-like minimum wall time per target forward (None: the CPU's own time).
+        graph_positions: what a verify step replayed from a CUDA graph captures, where it differs from
+            `capture_positions` (sglang 0.4.9-0.5.10.post1 captured its graphs before applying the
+            drafter's ids); None: every step captures `capture_positions`.
+        graph_max_bs: the largest verify batch that replays a graph (sglang `--cuda-graph-max-bs`).
 
     Raises:
         ValueError: topk other than 1, num_steps < 1, or positions the target cannot capture.
@@ -192,6 +196,8 @@ class SpeculativeDecoder:
         max_running_requests: int = 16,
         adaptive: Mapping[str, Mapping[str, Any]] | None = None,
         roofline: Roofline | None = None,
+        graph_positions: Sequence[int] | None = None,
+        graph_max_bs: int = 48,
     ) -> None:
         if threads is not None:
             torch.set_num_threads(threads)
@@ -206,6 +212,8 @@ class SpeculativeDecoder:
         self.max_running_requests = max_running_requests
         self.forwards = ForwardCounts()
         self.roofline = roofline
+        self.graph_positions = tuple(graph_positions) if graph_positions is not None else None
+        self.graph_max_bs = graph_max_bs
         if drafter_dir is not None:
             if topk != 1:
                 raise ValueError(f"speculative_eagle_topk {topk}: the reference engine drafts chains only (topk 1)")
@@ -404,7 +412,7 @@ class SpeculativeDecoder:
         if self.adaptive:
             self.adaptive.observe(len(sequences), accepted)
         if survivors:
-            features = self._features(verify.hidden_states)[survivors]
+            features = self._features(verify.hidden_states, verify_batch=len(sequences))[survivors]
             self._draft_extend([sequences[i] for i in survivors], new_rows, features)
 
     def _plain_step(self, sequences: list[Request]) -> None:
@@ -422,7 +430,7 @@ class SpeculativeDecoder:
         if self.adaptive:
             self.adaptive.observe(len(sequences), [0] * len(sequences))
         if survivors:
-            features = self._features(out.hidden_states)[survivors]
+            features = self._features(out.hidden_states, verify_batch=len(sequences))[survivors]
             self._draft_extend([sequences[i] for i in survivors], [[tokens[i]] for i in survivors], features)
 
     def _draft_extend(self, sequences: list[Request], rows: list[list[int]], features: Tensor) -> None:
@@ -454,9 +462,12 @@ class SpeculativeDecoder:
     def _ids(self, rows: list[list[int]]) -> Tensor:
         return torch.tensor(rows, device=self.device)
 
-    def _features(self, hidden_states: tuple[Tensor, ...]) -> Tensor:
-        """The captured positions concatenated in ascending order, as sglang packs them."""
-        return torch.cat([hidden_states[p] for p in self.capture_positions], dim=-1)
+    def _features(self, hidden_states: tuple[Tensor, ...], verify_batch: int | None = None) -> Tensor:
+        """The captured positions concatenated in ascending order, as sglang packs them. A verify step
+        of a batch a CUDA graph covers captures what the graph was captured with."""
+        replayed = verify_batch is not None and verify_batch <= self.graph_max_bs
+        positions = self.graph_positions if replayed and self.graph_positions is not None else self.capture_positions
+        return torch.cat([hidden_states[p] for p in positions], dim=-1)
 
 
 def _padded(rows: list[list[int]]) -> Tensor:

@@ -198,14 +198,20 @@ def _graphs(launch: Launch) -> list[EngineProblem]:
         ]
     if not graphs:
         return []
+    graphed = sorted(set(default))  # captured once each, in layer order
+    effect = (
+        "acceptance falls without an error"
+        if len(graphed) == len(requested)
+        else f"the drafter is fed {len(graphed)} blocks of features where its fc takes {len(requested)}, "
+        "and the first verify step fails"
+    )
     return [
         EngineProblem(
             "capture-cuda-graph",
             True,
             f"sglang {version} captures the target's CUDA graphs before it applies the drafter's ids: {GRAPH_WHY} "
-            f"{show_positions(default)} (the outputs of layers {show_layers(layers_of(default))}), and only prefill "
-            f"captures {show_positions(requested)} (layers {show_layers(layers_of(sorted(requested)))}): "
-            "acceptance falls without an error",
+            f"{show_positions(graphed)} (the outputs of layers {show_layers(layers_of(graphed))}), and only prefill "
+            f"captures {show_positions(requested)} (layers {show_layers(layers_of(sorted(requested)))}): {effect}",
             f"set engine.args disable-cuda-graph: true ({SLOWER}), or pin engine.version to {fixed} or later "
             "(then run check again: the ids may mean other layers there)",
         )

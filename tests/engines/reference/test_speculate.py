@@ -157,3 +157,35 @@ def test_only_chain_drafting_and_num_draft_tokens_forced() -> None:
     engine = SpeculativeDecoder(TARGET, DRAFTER, num_steps=2, num_draft_tokens=8)
     assert engine.num_draft_tokens == 3
     assert len(engine.generate(workload_prompts()[1], 16).spec_correct_drafts_histogram) == 3
+
+
+def test_verify_steps_replayed_from_a_cuda_graph_feed_the_drafter_the_graph_layers(
+    correct: list[FinishedRequest], prompts: list[list[int]]
+) -> None:
+    """sglang 0.4.9-0.5.10.post1 captured its verify graphs before applying the drafter's ids: prefill
+    captures the drafter's layers, every verify step a graph covers captures the graph's."""
+    right = accept_length(correct[: len(prompts)])
+    graphed = SpeculativeDecoder(TARGET, DRAFTER, num_steps=3, graph_positions=(0, 2, 4))
+    assert accept_length([graphed.generate(p, MAX_NEW) for p in prompts]) <= 0.8 * right
+    # batches larger than the graphs run eagerly, on the drafter's layers: exactly the right acceptance
+    eager = SpeculativeDecoder(TARGET, DRAFTER, num_steps=3, graph_positions=(0, 2, 4), graph_max_bs=0)
+    assert accept_length([eager.generate(p, MAX_NEW) for p in prompts]) == right
+
+
+def test_an_emulated_release_that_graphs_the_default_layers_fails_or_runs_as_it_would() -> None:
+    """On the 6-layer tiny target sglang 0.5.10's default positions are [2, 3, 3]: two distinct layers, so
+    the graphs feed the drafter two blocks where its fc takes three, and the first verify step fails."""
+    from specctl.engines.reference.runtime import load
+    from specctl.engines.reference.server import build_parser, resolved_args
+
+    base = ["--model-path", str(TARGET), "--speculative-algorithm", "EAGLE3"]
+    base += ["--speculative-draft-model-path", str(DRAFTER), "--emulate-sglang-version", "0.5.10"]
+    said: list[str] = []
+    args = build_parser().parse_args(base)
+    with pytest.raises(RuntimeError, match="fc expects 384"):
+        load(args, resolved_args(args), said.append)
+    assert any("CUDA graphs captured with capture positions [2, 3]" in line for line in said)
+    args = build_parser().parse_args([*base, "--disable-cuda-graph"])
+    assert load(args, resolved_args(args), said.append).engine.graph_positions is None
+    args = build_parser().parse_args([*base[:-1], "0.5.11"])  # the ids are applied before the graphs
+    assert load(args, resolved_args(args), said.append).engine.graph_positions is None
