@@ -150,7 +150,7 @@ class Deploy:
         ready = f"ready in {change.startup_s:.1f} s" if change.startup_s is not None else f"node rank {rank}"
         result = HostReport(session.name, True, self.rec.run_id, ready)
         if self.run_verify and rank == 0:
-            self.verify(session, result)
+            self.verify(session, result, change.previous)
         if result.passed or not self.run_verify:
             self._retire(session, result)
         return result
@@ -222,8 +222,10 @@ class Deploy:
             fix=getattr(failure, "fix", None),
         )
 
-    def verify(self, session: HostSession, result: HostReport) -> None:
-        """Verify, then keep the release or roll back to the newest verified one (single node only)."""
+    def verify(self, session: HostSession, result: HostReport, previous: str | None) -> None:
+        """Verify, then keep the release, or put back exactly the release that was current when the deploy
+        began (`previous`), verified or not, as Helm's --atomic does (single node only). With none there
+        is nothing to put back: the failed release keeps serving, and the result says so."""
         try:
             verdict = verify_and_record(
                 self.rec, session, self.rec.run_id, report=self.report, baseline_mode=self.baseline_mode
@@ -237,11 +239,16 @@ class Deploy:
             self.rec.host(session.name, release=self.rec.run_id, verdict=result.verdict, passed=False)
         if result.passed or not self.auto_rollback or self.gate is not None:
             return
-        session.progress("verify failed: rolling back")
+        if previous is None:
+            result.detail += "; verify FAILED and no release served before this deploy: it keeps serving"
+            return
+        session.progress(f"verify failed: restoring {previous}, which served before")
         try:
-            back = rollback(self.ctx, session.spec, session.profile, parent=self.rec.run_id, report=self.report)
+            back = rollback(
+                self.ctx, session.spec, session.profile, to_run=previous, parent=self.rec.run_id, report=self.report
+            )
         except InputError as exc:
-            result.detail += f"; verify FAILED and {exc.message}"
+            result.detail += f"; verify FAILED and {previous} could not be restored: {exc.message}"
             return
         result.rolled_back_to, result.rollback_verdict = back.rolled_back_to, back.rollback_verdict
 

@@ -194,3 +194,26 @@ def test_drift_reads_the_server_info_route_of_the_version(cli: Any, local: dict[
     ]
     asked = {r.path for r in fake_engine.requests if r.path.endswith("server_info")}
     assert asked == {"/get_server_info"}
+
+
+def test_a_failed_verify_restores_the_release_that_was_serving_verified_or_not(
+    cli: Any, local: dict[str, Any]
+) -> None:
+    """v1 verified, v3 deployed --no-verify and serving, v2 fails verify: v3 serves again, not v1 (the newest
+    verified release), because v3 is what served when the deploy began."""
+    assert cli("deploy", local["v1"]).code == 0
+    v3 = write_profile(local["profiles"] / "tiny-llama-v3.yaml", "tiny-llama-v1.yaml", 3)
+    serving = cli("--json", "deploy", str(v3), "--skip-check", "--no-verify").json()["hosts"][0]["release"]
+    failed = cli("--json", "deploy", local["v2"], "--skip-check", "--baseline", "skip")
+    assert failed.code == 4, failed.stdout + failed.stderr
+    [host] = failed.json()["hosts"]
+    assert host["rolled_back_to"] == serving and link(local) == serving
+    assert host["rollback_verdict"]["passed"]  # verified again once restored
+
+
+def test_a_first_deploy_that_fails_verify_has_nothing_to_restore(cli: Any, local: dict[str, Any]) -> None:
+    first = cli("--json", "deploy", local["v2"], "--skip-check", "--baseline", "skip")
+    assert first.code == 1, first.stdout + first.stderr
+    [host] = first.json()["hosts"]
+    assert not host["rolled_back_to"] and "no release served before this deploy" in host["detail"]
+    assert link(local) == host["release"]
