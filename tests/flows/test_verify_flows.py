@@ -196,9 +196,7 @@ def test_drift_reads_the_server_info_route_of_the_version(cli: Any, local: dict[
     assert asked == {"/get_server_info"}
 
 
-def test_a_failed_verify_restores_the_release_that_was_serving_verified_or_not(
-    cli: Any, local: dict[str, Any]
-) -> None:
+def test_a_failed_verify_restores_the_release_that_was_serving_verified_or_not(cli: Any, local: dict[str, Any]) -> None:
     """v1 verified, v3 deployed --no-verify and serving, v2 fails verify: v3 serves again, not v1 (the newest
     verified release), because v3 is what served when the deploy began."""
     assert cli("deploy", local["v1"]).code == 0
