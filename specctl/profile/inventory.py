@@ -6,8 +6,8 @@ import posixpath
 from typing import Annotated, Literal
 
 from pydantic import ConfigDict, Field, field_validator, model_validator
-from pydantic_core import PydanticCustomError
 
+from specctl.profile._invalid import invalid
 from specctl.profile.profile import Name, StrictModel
 
 
@@ -16,13 +16,13 @@ def state_directory(root: str) -> str:
     an empty or relative root would land in whatever directory a command runs in, and "/" is
     the whole filesystem."""
     if not (root == "~" or root.startswith("~/") or root.startswith("/")):
-        raise PydanticCustomError(
+        raise invalid(
             "root_relative",
             "root {root!r} is not an absolute path or one under ~/",
             {"root": root, "fix": "write an absolute path, or one under the host's home, e.g. `root: ~/.specctl`"},
         )
     if posixpath.normpath(root) in ("/", "//"):
-        raise PydanticCustomError(
+        raise invalid(
             "root_filesystem",
             "root {root!r} is the filesystem root",
             {"root": root, "fix": "use a directory of its own, e.g. `root: /srv/specctl`"},
@@ -134,7 +134,7 @@ class Inventory(StrictModel):
         for group, members in self.groups.items():
             unknown = [m for m in members if m not in self.hosts and m not in self.clusters]
             if unknown:
-                raise PydanticCustomError(
+                raise invalid(
                     "unknown_host",
                     "group {group!r} names unknown hosts {unknown}",
                     {
@@ -150,7 +150,7 @@ class Inventory(StrictModel):
     def _clusters_reach_a_login_node(self) -> Inventory:
         for name, cluster in self.clusters.items():
             if isinstance(cluster, SlurmCluster) and cluster.login != "local" and cluster.login not in self.hosts:
-                raise PydanticCustomError(
+                raise invalid(
                     "unknown_login",
                     "cluster {name!r} names login node {login!r}, which is not a host",
                     {
@@ -161,7 +161,7 @@ class Inventory(StrictModel):
                     },
                 )
             if name in self.hosts or name in self.groups:
-                raise PydanticCustomError(
+                raise invalid(
                     "cluster_name_taken",
                     "cluster {name!r} is also a host or group name",
                     {"name": name, "at": f"clusters.{name}", "fix": "give the cluster a name of its own"},

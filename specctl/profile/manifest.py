@@ -10,8 +10,8 @@ import datetime
 from typing import Annotated, Literal
 
 from pydantic import ConfigDict, Field, model_validator
-from pydantic_core import PydanticCustomError
 
+from specctl.profile._invalid import invalid
 from specctl.profile.profile import StrictModel, check_revision
 
 CanonicalLayer = int | Literal["embedding"]
@@ -81,7 +81,7 @@ class DrafterManifest(StrictModel):
     def _width_matches(self) -> DrafterManifest:
         expected = len(self.capture.layers) * self.target.hidden_size
         if self.capture.width != expected:
-            raise PydanticCustomError(
+            raise invalid(
                 "capture_width",
                 "capture.width is {width} but {n} layers x hidden {hidden} = {expected}",
                 {

@@ -7,9 +7,9 @@ import re
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, Strict, field_validator, model_validator
-from pydantic_core import PydanticCustomError
 
 from specctl.gpus import GPUS
+from specctl.profile._invalid import invalid
 
 REVISION_RE = re.compile(r"^[0-9a-f]{40}$")
 ENV_NAME_RE = r"^[A-Za-z_][A-Za-z0-9_]*$"
@@ -36,7 +36,7 @@ class StrictModel(BaseModel):
     def _no_nul(cls, value: Any) -> Any:
         at = nul_at(value)
         if at is not None:
-            raise PydanticCustomError(
+            raise invalid(
                 "nul_character",
                 "a NUL character is not allowed in text",
                 {"at": at, "fix": "remove the NUL character (written \\0 or \\x00 in YAML)"},
@@ -69,7 +69,7 @@ def is_local_path(model: str) -> bool:
 def check_revision(model: str, revision: str | None, allow_unpinned: bool) -> None:
     """Repo ids need a 40-hex commit unless explicitly allowed to float (a moving 'main' is not reproducible)."""
     if revision is not None and not REVISION_RE.match(revision) and not allow_unpinned:
-        raise PydanticCustomError(
+        raise invalid(
             "revision_format",
             "revision {revision!r} is not a 40-hex commit id",
             {
@@ -79,7 +79,7 @@ def check_revision(model: str, revision: str | None, allow_unpinned: bool) -> No
             },
         )
     if revision is None and not is_local_path(model) and not allow_unpinned:
-        raise PydanticCustomError(
+        raise invalid(
             "revision_missing",
             "{model!r} is a Hugging Face repo id without a pinned revision",
             {
@@ -161,7 +161,7 @@ class Hardware(StrictModel):
         if gpu not in GPUS:
             close = difflib.get_close_matches(gpu, GPUS, n=1, cutoff=0.5)
             fix = f"did you mean {close[0]!r}?" if close else f"use one of: {', '.join(GPUS)}"
-            raise PydanticCustomError("unknown_gpu", "unknown GPU type {gpu!r}", {"gpu": gpu, "fix": fix})
+            raise invalid("unknown_gpu", "unknown GPU type {gpu!r}", {"gpu": gpu, "fix": fix})
         return gpu
 
 
@@ -180,7 +180,7 @@ class EngineSettings(StrictModel):
         from specctl.engines import engine_names
 
         if name not in engine_names():
-            raise PydanticCustomError(
+            raise invalid(
                 "unknown_engine",
                 "unknown engine {name!r}",
                 {"name": name, "fix": f"use one of: {', '.join(engine_names())}"},
@@ -192,7 +192,7 @@ class EngineSettings(StrictModel):
     def _env_names(cls, env: dict[str, str]) -> dict[str, str]:
         for name in env:
             if not re.match(ENV_NAME_RE, name):
-                raise PydanticCustomError(
+                raise invalid(
                     "env_name",
                     "{name!r} is not a valid environment variable name",
                     {"name": name, "fix": "use letters, digits and '_', not starting with a digit"},
@@ -233,7 +233,7 @@ class Verify(StrictModel):
         if isinstance(self.concurrency, list) and (
             not self.concurrency or len(set(self.concurrency)) != len(self.concurrency)
         ):
-            raise PydanticCustomError(
+            raise invalid(
                 "concurrency_list",
                 "concurrency must list each level once",
                 {"at": "concurrency", "fix": "write e.g. [1, 4, 16]"},
@@ -242,7 +242,7 @@ class Verify(StrictModel):
             value = getattr(self, gate)
             stray = sorted(set(value) - set(self.points)) if isinstance(value, dict) else []
             if stray:
-                raise PydanticCustomError(
+                raise invalid(
                     "threshold_point",
                     "{gate} names concurrency {stray}, which verify.concurrency does not measure",
                     {
@@ -306,7 +306,7 @@ class Profile(StrictModel):
     def _secrets_not_in_env(self) -> Profile:
         leaked = sorted(set(self.secrets) & set(self.engine.env))
         if leaked:
-            raise PydanticCustomError(
+            raise invalid(
                 "secret_in_env",
                 "secret {names} also has a value in engine.env, which would be written to disk",
                 {
