@@ -7,7 +7,7 @@ from typing import Annotated, Literal
 
 from pydantic import ConfigDict, Field, field_validator, model_validator
 
-from specctl.profile._invalid import invalid
+from specctl.profile._invalid import host_path, interpreter, invalid, one_line
 from specctl.profile.profile import Name, StrictModel
 
 
@@ -62,6 +62,21 @@ class Host(StrictModel):
     def _root_is_a_state_directory(cls, root: str) -> str:
         return state_directory(root)
 
+    @field_validator("*")
+    @classmethod
+    def _one_line(cls, value: object) -> object:
+        return one_line(value)
+
+    @field_validator("hf_home")
+    @classmethod
+    def _hf_home_is_a_host_path(cls, hf_home: str | None) -> str | None:
+        return host_path(hf_home, "hf_home")
+
+    @field_validator("python")
+    @classmethod
+    def _python_on_the_host(cls, python: str | None) -> str | None:
+        return interpreter(python)
+
 
 class SlurmCluster(StrictModel):
     """A Slurm cluster: specctl talks to its login node (a host of this inventory, or `local` when
@@ -102,6 +117,16 @@ class SlurmCluster(StrictModel):
     @classmethod
     def _root_is_a_state_directory(cls, root: str) -> str:
         return state_directory(root)
+
+    @field_validator("*")
+    @classmethod
+    def _one_line(cls, value: object) -> object:
+        return one_line(value)
+
+    @field_validator("python")
+    @classmethod
+    def _python_on_the_host(cls, python: str | None) -> str | None:
+        return interpreter(python)
 
 
 class KubernetesCluster(StrictModel):

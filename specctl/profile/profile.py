@@ -9,7 +9,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, Strict, field_validator, model_validator
 
 from specctl.gpus import GPUS
-from specctl.profile._invalid import invalid
+from specctl.profile._invalid import interpreter, invalid, one_line
 
 REVISION_RE = re.compile(r"^[0-9a-f]{40}$")
 ENV_NAME_RE = r"^[A-Za-z_][A-Za-z0-9_]*$"
@@ -173,6 +173,12 @@ class EngineSettings(StrictModel):
     port: Annotated[int, Field(ge=1, le=65535)] = 30000
     args: Annotated[dict[str, ArgValue], Field(description="extra engine flags, checked against its flag catalog")] = {}
     env: dict[str, str] = {}
+
+    @field_validator("python")
+    @classmethod
+    def _python_on_the_host(cls, python: str) -> str:
+        one_line(python)
+        return interpreter(python) or python
 
     @field_validator("name")
     @classmethod

@@ -115,6 +115,11 @@ def test_multi_node_ranks_share_one_dist_init_address(tmp_path: Path) -> None:
 # --- shell injection: every string a profile can carry reaches argv and env as plain data -----------------
 
 TEXT = st.text(st.characters(blacklist_characters="\x00", blacklist_categories=("Cs",)), min_size=1, max_size=30)
+# what validate accepts as engine.python: one line, a command on PATH or a path from / or ~/ (quotes, $, `
+# and the rest still reach the script)
+INTERPRETER = TEXT.filter(
+    lambda s: not any(ord(c) < 32 or ord(c) == 127 for c in s) and ("/" not in s or s.startswith(("/", "~/")))
+)
 
 
 def _script_argv(script: str, release: Path) -> tuple[list[str], dict[str, str]]:
@@ -133,7 +138,9 @@ def _script_argv(script: str, release: Path) -> tuple[list[str], dict[str, str]]
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(model=TEXT, python=TEXT, host=TEXT, env_value=TEXT, arg_value=TEXT, drafter=TEXT, node=TEXT, description=TEXT)
+@given(
+    model=TEXT, python=INTERPRETER, host=TEXT, env_value=TEXT, arg_value=TEXT, drafter=TEXT, node=TEXT, description=TEXT
+)
 def test_no_profile_string_can_inject_shell(
     tmp_path: Path,
     model: str,

@@ -197,3 +197,47 @@ def test_a_threshold_for_a_point_not_measured_names_the_field(tmp_path: Path) ->
     assert p.field == "verify.min_speedup" and "16" in p.message and p.line == 19
     [p] = problems(write(tmp_path, GOOD + "verify:\n  concurrency: [1, 1]\n"))
     assert p.field == "verify.concurrency"
+
+
+def inventory_error(tmp_path: Path, text: str) -> DocumentError:
+    from specctl.profile.document import load_document
+    from specctl.profile.inventory import Inventory
+
+    path = tmp_path / "hosts.yaml"
+    path.write_text("apiVersion: specctl/v1\nkind: Inventory\n" + text)
+    with pytest.raises(DocumentError) as caught:
+        load_document(str(path), Inventory, "Inventory")
+    return caught.value
+
+
+@pytest.mark.parametrize(
+    ("text", "said", "line"),
+    [
+        ("hosts:\n  h1:\n    hf_home: cache/hf\n", "hf_home 'cache/hf' is not an absolute path", 5),
+        ("hosts:\n  h1:\n    python: venv/bin/python\n", "python 'venv/bin/python' is not an absolute path", 5),
+        (
+            'clusters:\n  c1:\n    kind: slurm\n    login: local\n    root: /shared\n    partition: "gpu\\nrm -rf ~"\n',
+            "'gpu\\nrm -rf ~' holds a control character",
+            8,
+        ),
+    ],
+)
+def test_remote_paths_and_script_values_are_refused_where_they_are_written(
+    tmp_path: Path, text: str, said: str, line: int
+) -> None:
+    """A relative path on a host resolves against whatever directory a command starts in (an outage at
+    launch), and a newline in a value that reaches a job script starts a command of its own."""
+    [problem] = inventory_error(tmp_path, text).problems
+    assert said in problem.message and problem.line == line and problem.fix
+
+
+def test_a_command_on_path_and_home_paths_are_accepted(tmp_path: Path) -> None:
+    from specctl.profile.document import load_document
+    from specctl.profile.inventory import Inventory
+
+    path = tmp_path / "hosts.yaml"
+    path.write_text(
+        "apiVersion: specctl/v1\nkind: Inventory\nhosts:\n  h1:\n    python: python3\n    hf_home: ~/hf\n"
+        "  h2:\n    python: /opt/venv/bin/python\n    hf_home: /data/hf\n"
+    )
+    assert load_document(str(path), Inventory, "Inventory").model.hosts["h1"].python == "python3"
