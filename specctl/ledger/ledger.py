@@ -81,6 +81,7 @@ class Ledger:
                 self.db.row_factory = sqlite3.Row
                 if readonly:
                     self._check_schema()
+                    self._close_orphans_for_reading()
                 else:
                     self._use_wal()
                     self.db.execute("PRAGMA foreign_keys=ON")
@@ -234,6 +235,34 @@ class Ledger:
                 path=str(self.path),
                 fix=ELSEWHERE[0].upper() + ELSEWHERE[1:],
             )
+
+    def _close_orphans_for_reading(self) -> None:
+        """A reading command must not show a run as running whose process is gone: where the file can be
+        written, those runs are closed as killed first (in their own write, the schema left as it is);
+        where it cannot (a read-only mount), they are shown as they were recorded."""
+        machine = socket.gethostname()
+        try:
+            rows = self._query("SELECT id, pid FROM runs WHERE status = 'running' AND machine = ?", (machine,))
+        except LedgerError:
+            return  # nothing recorded yet: no runs table
+        gone = [row["id"] for row in rows if not process_alive(int(row["pid"]))]
+        if not gone or not os.access(self.path, os.W_OK) or not os.access(self.path.parent, os.W_OK):
+            return
+        note = json.dumps({"note": "its process was gone when the ledger was next read"})
+        with self._guard("closing runs whose process is gone"):
+            writer = connect(str(self.path))
+            try:
+                with writer:
+                    writer.executemany(
+                        "UPDATE runs SET status = 'killed', finished_at = ?, verdict = COALESCE(?, verdict) "
+                        "WHERE id = ? AND status = 'running'",
+                        [(now(), note, run_id) for run_id in gone],
+                    )
+            finally:
+                writer.close()
+        self.db.close()  # read again, with the runs closed
+        self.db = self._connect_for_reading()
+        self.db.row_factory = sqlite3.Row
 
     def _close_orphans(self) -> None:
         """Runs left `running` by a process of this machine that is gone were killed (SIGKILL, power)."""

@@ -98,6 +98,20 @@ def test_a_run_whose_process_vanished_is_closed_as_killed(tmp_path: Path) -> Non
     again.close()
 
 
+def test_a_read_closes_a_run_whose_process_vanished(tmp_path: Path) -> None:
+    """`runs` and `show` open the ledger for reading: they must not show a killed run as running."""
+    child = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    book = Ledger(tmp_path / "l.db")
+    book.begin("gone", "deploy", command="c")
+    book.begin("here", "deploy", command="c")  # this process: still running
+    book.db.execute("UPDATE runs SET pid = ? WHERE id = 'gone'", (int(child.stdout),))
+    book.close()
+    read = Ledger(tmp_path / "l.db", readonly=True)
+    assert {r.id: r.status for r in read.runs()} == {"gone": "killed", "here": "running"}
+    assert "gone when the ledger was next read" in (read.get("gone").verdict or {})["note"]
+    read.close()
+
+
 def test_sigterm_closes_the_run_as_killed(tmp_path: Path) -> None:
     """A real process in the middle of a recorded run gets SIGTERM: the run is closed as killed."""
     script = textwrap.dedent(f"""

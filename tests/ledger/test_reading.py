@@ -55,21 +55,23 @@ def test_an_empty_file_reads_as_empty(tmp_path: Path) -> None:
     assert path.read_bytes() == b"" and _files(tmp_path) == ["l.db"]
 
 
-def test_reading_writes_nothing(tmp_path: Path) -> None:
-    """No migration, no orphan closing: a run whose process is gone stays as the file says."""
+def test_reading_writes_nothing_but_the_close_of_a_run_whose_process_is_gone(tmp_path: Path) -> None:
+    """A reader never writes through its own connection; the one write a read makes is closing a run whose
+    process is gone as killed, so that `runs` never shows it as running (nothing at all when nothing is)."""
     path = tmp_path / "l.db"
     _ledger_with_runs(path, "a")
+    before = path.read_bytes()
+    Ledger(path, readonly=True).close()
+    assert path.read_bytes() == before
     writer = Ledger(path)
     writer.begin("orphan", "deploy", command="c")
     writer.db.execute("UPDATE runs SET pid = 999999999 WHERE id = 'orphan'")
     writer.close()
-    before = path.read_bytes()
     book = Ledger(path, readonly=True)
-    assert [(r.id, r.status) for r in book.runs()] == [("a", "succeeded"), ("orphan", "running")]
+    assert [(r.id, r.status) for r in book.runs()] == [("a", "succeeded"), ("orphan", "killed")]
     with pytest.raises(RuntimeError, match="opened for reading"):
-        book.finish("orphan", "killed")
+        book.finish("a", "killed")
     book.close()
-    assert path.read_bytes() == before
 
 
 def test_an_older_ledger_is_not_migrated_by_a_reader(tmp_path: Path) -> None:
