@@ -6,8 +6,9 @@ STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha256sum | cut -c1-16)
 HUB := $(CURDIR)/.cache/hub
 SGLANG_VENV := $(CURDIR)/.venv-sglang
 SGLANG_WHEELS := $(CURDIR)/.cache/sglang-wheels
-# Three workers on two cores: most of a test's time is waiting on processes, sockets and sshd. One Slurm lab
-# at a time (tests/conftest.py puts its tests in one xdist group); `make test PYTEST_WORKERS=` runs serially.
+# The fast tier on three workers (two cores: most of a test's time is waiting on processes and sockets);
+# `make test PYTEST_WORKERS=` runs it serially. The labs run in one process: their tests share session labs
+# in file order and some measure speed, which other workers' load would skew (docs/development.md).
 PYTEST_WORKERS ?= -n 3 --dist loadgroup
 
 .PHONY: all demo test test-fast lint typecheck bench sglang-env sglang-wheels system-deps clean
@@ -72,8 +73,9 @@ lint: $(STAMP)
 test: $(STAMP) $(HUB)/.built sglang-env sglang-wheels system-deps
 	$(MAKE) --no-print-directory lint
 	$(BIN)/python -m mypy
+	SPECCTL_TEST_TIER=fast $(BIN)/python -m pytest -q -p no:cacheprovider -m "not lab" $(PYTEST_WORKERS)
 	SPECCTL_SGLANG_PYTHON=$(SGLANG_VENV)/bin/python SPECCTL_SGLANG_WHEELS=$(SGLANG_WHEELS) \
-	  $(BIN)/python -m pytest -q -p no:cacheprovider $(PYTEST_WORKERS) --durations=15
+	  $(BIN)/python -m pytest -q -p no:cacheprovider -m lab --durations=15
 
 # The fast tier (docs/development.md): everything but the labs, on the fakes of tests/fakes/ (no sshd, no
 # Slurm, no engine server, no sglang environment). SPECCTL_TEST_TIER=fast makes a lab fixture or a real
