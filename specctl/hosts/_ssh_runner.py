@@ -294,7 +294,10 @@ class SshRunner:
     def _lost(self, command: str, exc: BaseException | None) -> NoReturn:
         """Forget the broken connection (the next command opens a new one) and say what was running."""
         if self._client is not None:
-            self._client.close()
+            try:
+                self._client.close()
+            except (paramiko.SSHException, OSError, EOFError):
+                pass  # closing says goodbye over the broken link (a dead jump host's tunnel): it may fail too
         self._clients[-1] = None  # the jump hosts stay open when they still are: the next connect reuses them
         cause = f": {exc}" if exc else ""
         raise ConnectionLost(
@@ -328,7 +331,10 @@ class SshRunner:
         for i in reversed(range(len(self._clients))):  # the destination first, then the hops it was tunnelled through
             client = self._clients[i]
             if client is not None:
-                client.close()
+                try:
+                    client.close()
+                except (paramiko.SSHException, OSError, EOFError):
+                    pass  # a hop that is already gone cannot be told goodbye
                 self._clients[i] = None
 
 
