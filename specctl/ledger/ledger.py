@@ -240,12 +240,10 @@ class Ledger:
         """A reading command must not show a run as running whose process is gone: where the file can be
         written, those runs are closed as killed first (in their own write, the schema left as it is);
         where it cannot (a read-only mount), they are shown as they were recorded."""
-        machine = socket.gethostname()
         try:
-            rows = self._query("SELECT id, pid FROM runs WHERE status = 'running' AND machine = ?", (machine,))
+            gone = self._orphans()
         except LedgerError:
             return  # nothing recorded yet: no runs table
-        gone = [row["id"] for row in rows if not process_alive(int(row["pid"]))]
         if not gone or not os.access(self.path, os.W_OK) or not os.access(self.path.parent, os.W_OK):
             return
         note = json.dumps({"note": "its process was gone when the ledger was next read"})
@@ -264,13 +262,14 @@ class Ledger:
         self.db = self._connect_for_reading()
         self.db.row_factory = sqlite3.Row
 
+    def _orphans(self) -> list[str]:
+        """Runs left `running` by a process of this machine that is gone: killed (SIGKILL, power)."""
+        rows = self._query("SELECT id, pid FROM runs WHERE status = 'running' AND machine = ?", (socket.gethostname(),))
+        return [row["id"] for row in rows if not process_alive(int(row["pid"]))]
+
     def _close_orphans(self) -> None:
-        """Runs left `running` by a process of this machine that is gone were killed (SIGKILL, power)."""
-        machine = socket.gethostname()
-        rows = self._query("SELECT id, pid FROM runs WHERE status = 'running' AND machine = ?", (machine,))
-        for row in rows:
-            if not process_alive(int(row["pid"])):
-                self.finish(row["id"], "killed", note="its process was gone when the ledger was next opened")
+        for run_id in self._orphans():
+            self.finish(run_id, "killed", note="its process was gone when the ledger was next opened")
 
     # --- writing ---------------------------------------------------------------------------------
     def begin(

@@ -38,7 +38,27 @@ class SshSettings(StrictModel):
     proxy_jump: str | None = None
 
 
-class Host(StrictModel):
+class _RemoteSide(StrictModel):
+    """What a host and a Slurm cluster share: a state root, an interpreter, and values that reach scripts
+    run there (one line each)."""
+
+    @field_validator("root", check_fields=False)
+    @classmethod
+    def _root_is_a_state_directory(cls, root: str) -> str:
+        return state_directory(root)
+
+    @field_validator("python", check_fields=False)
+    @classmethod
+    def _python_on_the_host(cls, python: str | None) -> str | None:
+        return interpreter(python)
+
+    @field_validator("*")
+    @classmethod
+    def _one_line(cls, value: object) -> object:
+        return one_line(value)
+
+
+class Host(_RemoteSide):
     ssh: Annotated[
         str | SshSettings | None, Field(description="an alias from ~/.ssh/config, or connection details")
     ] = None
@@ -57,28 +77,13 @@ class Host(StrictModel):
     gpu: str | None = None
     gpus: Annotated[int | None, Field(ge=1)] = None
 
-    @field_validator("root")
-    @classmethod
-    def _root_is_a_state_directory(cls, root: str) -> str:
-        return state_directory(root)
-
-    @field_validator("*")
-    @classmethod
-    def _one_line(cls, value: object) -> object:
-        return one_line(value)
-
     @field_validator("hf_home")
     @classmethod
     def _hf_home_is_a_host_path(cls, hf_home: str | None) -> str | None:
         return host_path(hf_home, "hf_home")
 
-    @field_validator("python")
-    @classmethod
-    def _python_on_the_host(cls, python: str | None) -> str | None:
-        return interpreter(python)
 
-
-class SlurmCluster(StrictModel):
+class SlurmCluster(_RemoteSide):
     """A Slurm cluster: specctl talks to its login node (a host of this inventory, or `local` when
     specctl runs there), keeps releases under `root` on storage every node mounts, and lets
     `sbatch` place the servers."""
@@ -112,21 +117,6 @@ class SlurmCluster(StrictModel):
     srun_args: Annotated[
         list[str], Field(description="extra srun flags for the server step (--container-image=..., --mpi=...)")
     ] = []
-
-    @field_validator("root")
-    @classmethod
-    def _root_is_a_state_directory(cls, root: str) -> str:
-        return state_directory(root)
-
-    @field_validator("*")
-    @classmethod
-    def _one_line(cls, value: object) -> object:
-        return one_line(value)
-
-    @field_validator("python")
-    @classmethod
-    def _python_on_the_host(cls, python: str | None) -> str | None:
-        return interpreter(python)
 
 
 class KubernetesCluster(StrictModel):

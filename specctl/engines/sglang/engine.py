@@ -250,7 +250,7 @@ class SGLangEngine:
             off.append(f"algorithm {algorithm} (only {', '.join(row['algorithms'])})")
         if row["topk_one"] and eagle_topk not in (None, 1):
             off.append(f"eagle_topk {eagle_topk} (only 1)")
-        on = self._switches_on(version, args)
+        on = {dest for dest, value in self._settings(version, args).items() if value}
         off += [f"{flag.replace('_', '-')} is on" for flag in row["flags"] if flag in on]
         off += [
             f"{flag.replace('_', '-')} is not set (this release needs it)" for flag in row["needs"] if flag not in on
@@ -280,20 +280,6 @@ class SGLangEngine:
                 )
             )
         return problems
-
-    def _switches_on(self, version: str, args: Mapping[str, Any]) -> set[str]:
-        """The dests a profile's engine.args turns on, resolved by the version's own parser (aliases
-        and spellings included); the key itself where the catalog does not know it."""
-        try:
-            catalog = self.flag_catalog(version)
-        except EngineError:
-            catalog = FlagCatalog(self.name, version, ())
-        on = set()
-        for key, value in args.items():
-            flag = catalog.lookup(key)
-            if value:
-                on.add(flag.dest if flag is not None else key.lstrip("-").replace("-", "_"))
-        return on
 
     def adaptive_tiers(self, version: str) -> dict[str, Any] | None:
         row = _adaptive_row(version)
@@ -535,6 +521,8 @@ class SGLangEngine:
         return f"lmsysorg/sglang:v{version}"
 
     def _settings(self, version: str, args: Mapping[str, Any]) -> dict[str, Any]:
+        """A profile's engine.args by the version's own destination names (aliases and spellings resolved
+        by its parser); the key itself where the catalog does not know it."""
         try:
             catalog = self.flag_catalog(version)
         except EngineError:
