@@ -62,31 +62,26 @@ def _data() -> dict[str, Any]:
     return data
 
 
-def _at(version: str) -> int | None:
+def _index(version: str) -> int:
+    """Where a release stands among those read; one newer than all of them is taken as the newest."""
     releases = table.load_table().releases
-    return releases.index(version) if version in releases else None
+    return releases.index(version) if version in releases else len(releases) - 1
+
+
+def _since(version: str, first: str) -> bool:
+    return _index(version) >= _index(first)
 
 
 def shows(behaviour: str, version: str) -> bool:
-    """Whether the code of sglang `version` shows `behaviour` (a key of data/serving.json).
-
-    A version newer than every release read is taken as the newest."""
-    releases = table.load_table().releases
-    at = _at(version)
-    at = len(releases) - 1 if at is None else at
-    return any(releases.index(first) <= at <= releases.index(last) for first, last in _data()[behaviour])
-
-
-def first_release(behaviour: str) -> str:
-    return str(_data()[behaviour][0][0])
+    """Whether the code of sglang `version` shows `behaviour` (a key of data/serving.json)."""
+    at = _index(version)
+    return any(_index(first) <= at <= _index(last) for first, last in _data()[behaviour])
 
 
 def tbo_layers(version: str) -> frozenset[str]:
-    releases = table.load_table().releases
-    at = _at(version)
-    at = len(releases) - 1 if at is None else at
+    at = _index(version)
     for first, last, layers in _data()["tbo_layers"]:
-        if releases.index(first) <= at <= releases.index(last):
+        if _index(first) <= at <= _index(last):
             return frozenset(layers)
     return frozenset()
 
@@ -221,7 +216,7 @@ def _graphs(launch: Launch) -> list[EngineProblem]:
 def first_release_after(behaviour: str) -> str:
     """The first release after the last run of `behaviour` (where it was fixed)."""
     releases = table.load_table().releases
-    last = releases.index(_data()[behaviour][-1][1])
+    last = _index(_data()[behaviour][-1][1])
     return releases[last + 1] if last + 1 < len(releases) else "a newer release"
 
 
@@ -265,8 +260,7 @@ def _override(launch: Launch) -> list[EngineProblem]:
     if "num_hidden_layers" not in override.values:
         return []
     layers = override.values["num_hidden_layers"]
-    at = _at(launch.version)
-    refuses = at is not None and at <= (_at("0.5.11") or 0)  # llama_eagle3.py: "only supports 1 layer" until then
+    refuses = not _since(launch.version, "0.5.12")  # llama_eagle3.py: "only supports 1 layer" until then
     return [
         EngineProblem(
             "model-override",
@@ -310,7 +304,7 @@ def _two_batch_overlap(launch: Launch) -> list[EngineProblem]:
             kept, where = [p for p in captured if p < dense], f"its first {dense} dense layers"
         if len(kept) == len(captured):
             return []
-        packer = _at(version) is not None and (_at(version) or 0) >= (_at("0.5.17") or 0)
+        packer = _since(version, "0.5.17")
         outcome = (
             "its forward cannot unpack the aux hidden states at start-up"
             if not kept
@@ -346,8 +340,7 @@ def _pipeline(launch: Launch) -> list[EngineProblem]:
     if stages <= 1 or not shows("pp_refuses_speculative", launch.version):
         return []
     version = launch.version
-    plain_eagle_allowed = (_at(version) or len(table.load_table().releases)) >= (_at("0.5.21") or 0)
-    if plain_eagle_allowed and launch.algorithm in ("EAGLE", "NEXTN"):
+    if _since(version, "0.5.21") and launch.algorithm in ("EAGLE", "NEXTN"):
         return []
     return [
         EngineProblem(
