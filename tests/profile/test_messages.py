@@ -21,8 +21,9 @@ def templates() -> list[tuple[str, str, list[str]]]:
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "invalid":
                 template = node.args[1]
-                assert isinstance(template, ast.Constant | ast.JoinedStr), f"{path}:{node.lineno}"
-                text = template.value if isinstance(template, ast.Constant) else ast.unparse(template)
+                # a literal: an f-string would fill the message before pydantic-core sees it, braces included
+                assert isinstance(template, ast.Constant), f"{path}:{node.lineno}: the template is not a literal"
+                text = template.value
                 context = node.args[2] if len(node.args) > 2 else None
                 keys = (
                     [k.value for k in context.keys if isinstance(k, ast.Constant)]
@@ -59,8 +60,6 @@ def test_every_validation_error_goes_through_invalid() -> None:
 
 @pytest.mark.parametrize(("where", "template", "keys"), templates())
 def test_every_validation_message_is_filled(where: str, template: str, keys: list[str]) -> None:
-    if template.startswith("f"):
-        pytest.skip(f"{where}: an f-string, filled by Python")  # pragma: no cover - none today
     shown = render(template, keys)
     assert "{" not in shown and "}" not in shown, (where, shown)
 
