@@ -10,6 +10,9 @@ SGLANG_WHEELS := $(CURDIR)/.cache/sglang-wheels
 # `make test PYTEST_WORKERS=` runs it serially. The labs run in one process: their tests share session labs
 # in file order and some measure speed, which other workers' load would skew (docs/development.md).
 PYTEST_WORKERS ?= -n 3 --dist loadgroup
+# Bytecode is cached (a shell that sets PYTHONDONTWRITEBYTECODE would have every test, engine and CLI
+# process compile specctl, pytest's rewritten tests and sglang from source: 10 s of collection alone).
+unexport PYTHONDONTWRITEBYTECODE
 
 .PHONY: all demo test test-fast lint typecheck bench sglang-env sglang-wheels system-deps clean
 

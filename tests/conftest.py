@@ -69,10 +69,13 @@ def is_lab(item: pytest.Item) -> bool:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """`lab` on everything that needs the labs, before `-m "not lab"` deselects."""
     for item in items:
-        if is_lab(item) and item.get_closest_marker("lab") is None:
+        lab = is_lab(item)
+        if lab and item.get_closest_marker("lab") is None:
             item.add_marker(pytest.mark.lab)
         if uses_slurm(item):  # one Slurm lab at a time: its daemons use Slurm's fixed ports and node names
             item.add_marker(pytest.mark.xdist_group("slurm"))
+        elif lab:  # a lab file's tests run in order on one worker: some leave state (a lock) the next clears
+            item.add_marker(pytest.mark.xdist_group(_relative(Path(str(item.path)))))
 
 
 def uses_slurm(item: pytest.Item) -> bool:
@@ -134,6 +137,16 @@ def _pinned_env(monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPa
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.delenv("SPECCTL_DEBUG", raising=False)
     monkeypatch.delenv("SPECCTL_LEDGER", raising=False)
+
+
+@pytest.fixture(autouse=True)
+def _connections_closed() -> Iterator[None]:
+    """What a test reaches outside a CLI command (a flow called directly) is held as a command holds
+    it, one connection per host, and closed when the test ends: no SSH connection outlives its test."""
+    from specctl.hosts.connections import held
+
+    with held():
+        yield
 
 
 @pytest.fixture(scope="session")

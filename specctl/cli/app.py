@@ -131,6 +131,7 @@ def main(argv: list[str] | None = None, *, stdout: IO[str] | None = None, stderr
 
 def _main(args: list[str], stdout: IO[str] | None, stderr: IO[str] | None) -> int:
     from specctl.cli._errors import report
+    from specctl.hosts.connections import held
 
     # pydantic scans every installed distribution for plugins at the first model; specctl uses none
     os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
@@ -138,7 +139,8 @@ def _main(args: list[str], stdout: IO[str] | None, stderr: IO[str] | None) -> in
     try:
         completing = any(key.endswith("_COMPLETE") for key in os.environ)  # shell completion needs every command
         app = build(None if completing else named_command(args))
-        result = app(args=args, standalone_mode=False, obj=output)
+        with held():  # one connection per host for the whole command, closed when it ends
+            result = app(args=args, standalone_mode=False, obj=output)
         if isinstance(result, int):  # click returns a typer.Exit's code when not standalone
             return result
     except typer.Exit as exc:

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from typing import Any
 
 from specctl.errors import HostError
 from specctl.flows.session import Context, HostSession, error_text
 from specctl.flows.steps import Events
+from specctl.hosts.group import parallel
 from specctl.ledger.records import Outcome
 from specctl.release import release as rel
 
@@ -76,16 +76,14 @@ class Recorder:
         after another, eight hosts waited sixteen round trips)."""
         if not kept:
             return
-        with ThreadPoolExecutor(max_workers=len(kept)) as pool:
-            list(pool.map(lambda pair: self.keep(*pair, let_go=pair[0].holding), kept))
+        parallel({s.name: (s, rid) for s, rid in kept}, lambda pair: self.keep(*pair, let_go=pair[0].holding))
 
 
 def let_go_all(sessions: Sequence[HostSession]) -> None:
     """End the hold of every session that still holds its lock (a command that stopped early)."""
     holding = [s for s in sessions if s.holding]
     if holding:
-        with ThreadPoolExecutor(max_workers=len(holding)) as pool:
-            list(pool.map(lambda s: s.let_go(), holding))
+        parallel({s.name: s for s in holding}, lambda s: s.let_go())
 
 
 def keep_verdict(release: rel.Release, passed: bool, run_id: str) -> None:

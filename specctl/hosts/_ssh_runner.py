@@ -84,6 +84,7 @@ class SshRunner:
         self._shell_busy = threading.Lock()  # a second caller at once gets a channel of its own
         self._tunnels: dict[tuple[str, int], Tunnel] = {}
         self._tunnels_guard = threading.Lock()
+        self._connecting = threading.Lock()
 
     def _hop_client(self, i: int) -> paramiko.SSHClient:
         """Open hop i of the route: through hop i-1's direct-tcpip channel, its ProxyCommand, or directly."""
@@ -168,6 +169,14 @@ class SshRunner:
         if current is not None and current.is_active():
             assert self._client is not None
             return self._client
+        with self._connecting:  # a command's hosts share one runner across threads: one connect at a time
+            current = self._client.get_transport() if self._client is not None else None
+            if current is not None and current.is_active():
+                assert self._client is not None
+                return self._client
+            return self._connect()
+
+    def _connect(self) -> paramiko.SSHClient:
         delay = BACKOFF_S
         for attempt in range(1, CONNECT_ATTEMPTS + 1):
             try:

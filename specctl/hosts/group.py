@@ -1,9 +1,11 @@
-"""Running one function over many hosts in parallel, with a per-host outcome (fabric's GroupResult)."""
+"""Running one function over many hosts in parallel, with a per-host outcome (fabric's GroupResult).
+Each runs in the caller's context, so the hosts share the command's connections (hosts/connections.py)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from contextvars import copy_context
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
@@ -33,7 +35,7 @@ def run_group(hosts: Sequence[HostSpec], fn: Callable[[HostSpec], T], *, max_wor
     results: dict[str, T] = {}
     errors: dict[str, BaseException] = {}
     with ThreadPoolExecutor(max_workers=max(1, min(max_workers, len(hosts)))) as pool:
-        futures = {host.name: pool.submit(fn, host) for host in hosts}
+        futures = {host.name: pool.submit(copy_context().run, fn, host) for host in hosts}
         for name, future in futures.items():
             try:
                 results[name] = future.result()
@@ -47,5 +49,5 @@ def parallel(items: Mapping[str, X], fn: Callable[[X], T], *, max_workers: int =
     if not items:
         return {}
     with ThreadPoolExecutor(max_workers=max(1, min(max_workers, len(items)))) as pool:
-        futures = {name: pool.submit(fn, item) for name, item in items.items()}
+        futures = {name: pool.submit(copy_context().run, fn, item) for name, item in items.items()}
         return {name: future.result() for name, future in futures.items()}

@@ -33,6 +33,14 @@ class HostSpec:
     slurm: SlurmCluster | None = None  # a cluster: this is its login node, and sbatch places the servers
 
     def transport(self, *, ssh_config: str | None = None, accept_new_host_key: bool = False) -> Transport:
+        """The host's transport; inside `connections.held()` (a CLI command) one per host, reused."""
+        from specctl.hosts.connections import shared
+
+        return shared(
+            (self.name, ssh_config, accept_new_host_key), lambda: self._new_transport(ssh_config, accept_new_host_key)
+        )
+
+    def _new_transport(self, ssh_config: str | None, accept_new_host_key: bool) -> Transport:
         if self.ssh_alias is None and (
             self.name == LOCAL or (self.slurm is not None and self.slurm.login == LOCAL and not self.ssh_overrides)
         ):

@@ -8,6 +8,7 @@ An unknown host key is refused unless the caller accepts new keys; a changed key
 from __future__ import annotations
 
 from specctl.hosts._ssh_runner import SshRunner
+from specctl.hosts.connections import close_at_end
 from specctl.hosts.ssh_destination import SshDestination, SshOptions
 from specctl.hosts.transport import Transport
 
@@ -19,4 +20,5 @@ def ssh_transport(
 ) -> Transport:
     """A Transport over SSH; its servers are reached at `address`, by default the SSH hostname."""
     runner = SshRunner(destination, options)
-    return Transport(name, address or destination.hostname, runner, forward=runner.forward)
+    transport = Transport(name, address or destination.hostname, runner, forward=runner.forward, close=runner.close)
+    return close_at_end(transport)  # a command's connections end with it (hosts/connections.py)

@@ -71,12 +71,23 @@ class Transport:
     """A host reached through `runner`; `name` for messages, `address` for its servers' ports."""
 
     def __init__(
-        self, name: str, address: str, runner: Runner, forward: Callable[[str, int], tuple[str, int]] | None = None
+        self,
+        name: str,
+        address: str,
+        runner: Runner,
+        forward: Callable[[str, int], tuple[str, int]] | None = None,
+        close: Callable[[], None] | None = None,
     ) -> None:
         self.name = name
         self.address = address
         self._runner = runner
         self._forward = forward
+        self._close = close
+
+    def close(self) -> None:
+        """End the connection and its tunnels (a later command opens a new one)."""
+        if self._close is not None:
+            self._close()
 
     def forward(self, host: str, port: int) -> tuple[str, int]:
         """Where this machine reaches (host, port) as the host itself would: through the host's

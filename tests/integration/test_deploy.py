@@ -10,10 +10,12 @@ import time
 from pathlib import Path
 from typing import Any
 
+import paramiko
 import pytest
 import yaml
 
 from specctl.flows.demo import write_inputs
+from specctl.hosts._ssh_runner import SshRunner
 from tests.integration.sshd import SshLab
 
 PORT = 31500
@@ -34,10 +36,25 @@ def fleet(lab: SshLab, tmp_path: Path) -> dict[str, Any]:
     yield {"v1": str(v1), "v2": str(v2), "common": common, "tmp": tmp_path}
 
 
-def test_deploy_status_logs_switch_stop(cli: Any, lab: SshLab, fleet: dict[str, Any]) -> None:
+def test_deploy_status_logs_switch_stop(
+    cli: Any, lab: SshLab, fleet: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
     v1, v2, common = fleet["v1"], fleet["v2"], fleet["common"]
+    opened: list[tuple[str, paramiko.SSHClient]] = []
+    connect = SshRunner._connect
+
+    def counted(runner: SshRunner) -> paramiko.SSHClient:
+        client = connect(runner)
+        opened.append((runner.destination.alias, client))
+        return client
+
+    monkeypatch.setattr(SshRunner, "_connect", counted)
     result = cli("--json", "deploy", v1, *common)
     assert result.code == 0, result.stdout + result.stderr
+    # one connection per host for the whole command (the checkpoint read, the stages, the ledger's
+    # copy), and none left open when it returns, though the command ran inside this process
+    assert sorted(alias for alias, _ in opened) == ["h0", "h1", "h2"]
+    assert not [alias for alias, client in opened if (t := client.get_transport()) is not None and t.is_active()]
     first = {h["host"]: h for h in result.json()["hosts"]}
     assert set(first) == {"h0", "h1", "h2"} and all(h["ok"] for h in first.values())
     status = {h["host"]: h for h in cli("--json", "status", v1, *common).json()["hosts"]}

@@ -181,3 +181,10 @@ def test_the_acceptance_rate_gate_uses_the_bounded_interval() -> None:
     for sequential in (False, True):
         iv = gates.acceptance_rate(m, sequential=sequential, planned_n=10)
         assert iv is not None and iv.high <= 1.0 and iv.kind == ("sequential" if sequential else "fixed")
+
+
+def test_the_exact_truth_is_what_a_large_population_gives() -> None:
+    tokens, verify = requests(np.random.default_rng(11), 20_000)
+    ratio = verify / tokens
+    standard_error = TRUTH**2 * ratio.std() / math.sqrt(len(ratio))  # the delta method, on Σ tokens / Σ verify
+    assert abs(tokens.sum() / verify.sum() - TRUTH) < 4 * standard_error
