@@ -6,10 +6,12 @@ STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha256sum | cut -c1-16)
 HUB := $(CURDIR)/.cache/hub
 SGLANG_VENV := $(CURDIR)/.venv-sglang
 SGLANG_WHEELS := $(CURDIR)/.cache/sglang-wheels
-# The fast tier on three workers (two cores: most of a test's time is waiting on processes and sockets);
-# `make test PYTEST_WORKERS=` runs it serially. The labs run in one process: their tests share session labs
-# in file order and some measure speed, which other workers' load would skew (docs/development.md).
+# The fast tier on three workers (two cores: most of a test's time is waiting on processes and sockets),
+# the labs on two, each lab file on one worker in its order (its tests share the worker's session labs,
+# and some leave state the next clears; tests/conftest.py groups them). `make test PYTEST_WORKERS=
+# LAB_WORKERS=` runs both serially.
 PYTEST_WORKERS ?= -n 3 --dist loadgroup
+LAB_WORKERS ?= -n 2 --dist loadgroup
 # Bytecode is cached (a shell that sets PYTHONDONTWRITEBYTECODE would have every test, engine and CLI
 # process compile specctl, pytest's rewritten tests and sglang from source: 10 s of collection alone).
 unexport PYTHONDONTWRITEBYTECODE
@@ -78,7 +80,7 @@ test: $(STAMP) $(HUB)/.built sglang-env sglang-wheels system-deps
 	$(BIN)/python -m mypy
 	SPECCTL_TEST_TIER=fast $(BIN)/python -m pytest -q -p no:cacheprovider -m "not lab" $(PYTEST_WORKERS)
 	SPECCTL_SGLANG_PYTHON=$(SGLANG_VENV)/bin/python SPECCTL_SGLANG_WHEELS=$(SGLANG_WHEELS) \
-	  $(BIN)/python -m pytest -q -p no:cacheprovider -m lab --durations=15
+	  $(BIN)/python -m pytest -q -p no:cacheprovider -m lab $(LAB_WORKERS) --durations=15
 
 # The fast tier (docs/development.md): everything but the labs, on the fakes of tests/fakes/ (no sshd, no
 # Slurm, no engine server, no sglang environment). SPECCTL_TEST_TIER=fast makes a lab fixture or a real

@@ -467,8 +467,7 @@ class ForwardDriver:
         attrs = {k: v for k, v in vars(obs.owner_stub).items()
                  if not k.startswith("_") and not isinstance(v, Stub) and k != "layers"}
         attrs.update(layers=layers, config=config, layers_to_capture=list(obs.owner_stub.layers_to_capture))
-        ns = self.namespace(self.owner.file)
-        inner = fx.run_forward(self.forward, attrs, num_layers, self.returns, self.method, ns, trace)
+        inner = fx.run_forward(self.forward, attrs, num_layers, self.returns, self.method, trace)
         if inner.error is None and not inner.aux:
             return self.run_outer(inner)
         return inner
@@ -480,8 +479,8 @@ class ForwardDriver:
         bare = fx.stream(0)
         attrs: dict[str, Any] = {"model": lambda *a, **k: bare, "language_model": lambda *a, **k: bare,
                                  "capture_aux_hidden_states": True}
-        out = fx.run_forward(self.outer, dict(attrs, layers=[]), 0, None, lambda name: None,
-                             self.namespace(self.owner.file), fx.Trace(), check_aux=False)
+        out = fx.run_forward(self.outer, dict(attrs, layers=[]), 0, None, lambda name: None, fx.Trace(),
+                             check_aux=False)
         return fx.Executed((), False, out.error, inner.in_layer)
 
 

@@ -312,7 +312,7 @@ def decode(aux: Any) -> tuple[int, ...]:
 
 def run_forward(forward: Callable[..., Any], self_attrs: dict[str, Any], num_layers: int,
                 returns: tuple[str, ...] | None, methods: Callable[[str], Callable[..., Any] | None],
-                namespace: ReleaseGlobals, trace: Trace, check_aux: bool = True) -> Executed:
+                trace: Trace, check_aux: bool = True) -> Executed:
     """Call the release's forward once on stand-ins and decode its aux hidden states
     (`check_aux` False: an outer forward, only whether it raises matters)."""
     layers = self_attrs["layers"]
@@ -326,7 +326,9 @@ def run_forward(forward: Callable[..., Any], self_attrs: dict[str, Any], num_lay
     forward_batch = Permissive("forward_batch")
     for key, value in (("can_run_tbo", False), ("aux_hidden_states_buffer", None), ("input_embeds", None)):
         object.__setattr__(forward_batch, key, value)
-    namespace["residual_batch"] = ResidualBatch(trace)
+    # the globals the forward was compiled into (an inherited forward's are its own file's, not the
+    # owner's): else it reads a stand-in left by an earlier architecture's run, or none
+    forward.__globals__["residual_batch"] = ResidualBatch(trace)
     this = ForwardSelf(attrs, methods)
     input_ids = torch.zeros(TOKENS, dtype=torch.long)
     positions = torch.arange(TOKENS)
