@@ -4,6 +4,8 @@ from __future__ import annotations
 
 APP_NAME = "specctl"
 RELEASE_DIR_VAR = "SPECCTL_RELEASE_DIR"  # set by the launch script to its own directory
+# in every server's environment: "<inventory host> <release directory>", the proof that specctl started it there
+SERVER_MARK_VAR = "SPECCTL_SERVER"
 OVERLAY_DIR = "drafter-overlay"  # the drafter overlay inside a release directory
 OVERLAY_PATH = f"${{{RELEASE_DIR_VAR}}}/{OVERLAY_DIR}"  # expanded by the launch script, nothing else is
 HEAD_ADDRESS_VAR = "SPECCTL_HEAD_ADDRESS"  # a scheduler's job: node rank 0's address, known only once it is placed

@@ -47,6 +47,7 @@ class HostStatus:
     running: bool = False  # current's server runs
     healthy: bool = False  # and answers a generation
     servers: list[dict[str, Any]] = field(default_factory=list)  # every server of the profile, current or not
+    strangers: list[str] = field(default_factory=list)  # pid files naming processes specctl did not start here
     locked_by: str | None = None
     error: str | None = None
 
@@ -71,6 +72,8 @@ class HostStatus:
             text += "; ALSO RUNNING, not current: " + ", ".join(
                 s["release"] + (f" (stops itself at {s['confirm_by']})" if s.get("confirm_by") else "") for s in others
             )
+        if self.strangers:
+            text += "; " + "; ".join(self.strangers)
         return text
 
 
@@ -79,8 +82,9 @@ def status(reach: Reach, profile: str, port: int, hosts: Sequence[HostSpec]) -> 
         t, root = reach.open(host)
         base = f"{root}/{profile}"
         platform = platform_of(host, t)
-        found = HostStatus(host.name, rel.linked(t, root, profile))
-        for server in platform.servers(base):
+        seen = platform.look(base)
+        found = HostStatus(host.name, seen.current, strangers=[s.describe(host.name) for s in seen.strangers])
+        for server in seen.servers:
             deadline = _confirm_by(t, rel.Release(t, root, profile, server.release))
             found.servers.append(
                 {

@@ -82,6 +82,11 @@ class Platform(Protocol):
 
     def servers(self, base: str) -> list[rel.Server]: ...
 
+    def look(self, base: str) -> rel.Survey:
+        """What runs of the profile here, read only: `current`, the servers, and the processes that
+        pid files name but that specctl cannot prove it started (never signalled)."""
+        ...
+
     def start(self, release: rel.Release, *, confirm_within_s: float, env: Mapping[str, str] | None = None) -> int:
         """Start the release's server; its handle. Unless `current` names the release within
         `confirm_within_s`, the server stops by itself (a deploy that lost its host leaves none)."""
@@ -138,10 +143,13 @@ class ProcessPlatform:
         return {}
 
     def survey_command(self, base: str) -> list[str]:
-        return rel.survey_command(base)
+        return rel.survey_command(base, self.transport.name)
 
     def servers(self, base: str) -> list[rel.Server]:
         return rel.servers(self.transport, base)
+
+    def look(self, base: str) -> rel.Survey:
+        return rel.look(self.transport, base)
 
     def start(self, release: rel.Release, *, confirm_within_s: float, env: Mapping[str, str] | None = None) -> int:
         return rel.start(release, confirm_within_s=confirm_within_s, env=dict(env or {}))

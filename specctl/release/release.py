@@ -9,11 +9,11 @@ import json
 import secrets
 import tarfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from specctl.constants import OVERLAY_DIR, RELEASE_DIR_VAR
+from specctl.constants import OVERLAY_DIR, RELEASE_DIR_VAR, SERVER_MARK_VAR
 from specctl.errors import HostError
 from specctl.hosts.transport import Completed, Transport
 from specctl.plan.plan import NodePlan, Plan
@@ -169,33 +169,57 @@ def linked(transport: Transport, root: str, profile: str, link: str = "current")
     return target.rsplit("/", 1)[-1] if done.rc == 0 and target else None
 
 
-# Start the launch script detached in its own session (its pid is its process group), then its
-# watchdog: "commit confirmed" on the host. Unless `current` names this release by the deadline, the
-# watchdog stops the server, so a deploy that lost its host for good leaves no untracked server.
-# $1 release dir, $2 profile dir, $3 run id, $4 seconds until the deadline.
+# Start the launch script detached in its own session (its pid is its process group), record its pid
+# and start time, then its watchdog: "commit confirmed" on the host. Unless `current` names this
+# release by the deadline, the watchdog stops the server, so a deploy that lost its host for good
+# leaves no untracked server. $1 release dir, $2 profile dir, $3 run id, $4 seconds until the
+# deadline, $5 the server's mark (SPECCTL_SERVER's value, in its environment), $6 the watchdog.
 _START = r"""
-dir=$1; base=$2; id=$3; confirm_s=$4
+dir=$1; base=$2; id=$3; confirm_s=$4; mark=$5; watchdog=$6
 cd "$dir" || exit 1
 setsid sh launch.sh >>server.log 2>&1 </dev/null &
 pid=$!
+s=$(cat "/proc/$pid/stat") && s=${s##*) } && echo "$s" | cut -d' ' -f20 >server.start.tmp \
+  && mv -f server.start.tmp server.start || exit 1
 printf '%s\n' "$pid" >server.pid.tmp && mv -f server.pid.tmp server.pid || exit 1
 until=$(( $(date +%s) + confirm_s ))
 printf '%s\n' "$until" >confirm-by
-env -u SPECCTL_RELEASE_DIR setsid sh -c '
-  base=$1; id=$2; pg=$3; until=$4
-  while kill -0 "-$pg" 2>/dev/null; do
-    case $(readlink "$base/current" 2>/dev/null) in */"$id") exit 0;; esac
-    if [ "$(date +%s)" -ge "$until" ]; then
-      log=$base/releases/$id/server.log
-      echo "specctl: release $id was not made current by its deadline: stopping its server" >>"$log"
-      kill -TERM "-$pg" 2>/dev/null; i=0
-      while kill -0 "-$pg" 2>/dev/null && [ $i -lt 300 ]; do sleep 0.1; i=$((i+1)); done
-      kill -KILL "-$pg" 2>/dev/null; exit 0
-    fi
-    sleep 1
-  done' sh "$base" "$id" "$pid" "$until" >/dev/null 2>&1 </dev/null &
+env -u SPECCTL_RELEASE_DIR -u SPECCTL_SERVER setsid sh -c "$watchdog" sh "$base" "$id" "$pid" "$until" "$mark" \
+  >/dev/null 2>&1 </dev/null &
 printf '%s\n' "$pid"
 """
+# The watchdog: each second, whether `current` names the release (then its work is done) or the
+# group is gone; at the deadline it stops the group, but only once a live member of it carries the
+# server's mark (a group id reused by another process once the server is gone is left alone).
+_WATCHDOG = r"""
+base=$1; id=$2; pg=$3; until=$4; mark=$5
+owned() {
+  for t in $(cat /proc/[0-9]*/task/[0-9]*/stat 2>/dev/null \
+      | awk -v g="$pg" '{ t = $1; sub(/.*\) /, ""); if ($3 == g && $1 != "Z") print t }'); do
+    tr '\0' '\n' <"/proc/$t/environ" 2>/dev/null | grep -qxF -- "SPECCTL_SERVER=$mark" && return 0
+  done
+  return 1
+}
+while kill -0 "-$pg" 2>/dev/null; do
+  case $(readlink "$base/current" 2>/dev/null) in */"$id") exit 0;; esac
+  if [ "$(date +%s)" -ge "$until" ]; then
+    owned || exit 0
+    echo "specctl: release $id was not made current by its deadline: stopping its server" \
+      >>"$base/releases/$id/server.log"
+    kill -TERM "-$pg" 2>/dev/null; i=0
+    while kill -0 "-$pg" 2>/dev/null && [ $i -lt 300 ]; do sleep 0.1; i=$((i+1)); done
+    owned && kill -KILL "-$pg" 2>/dev/null; exit 0
+  fi
+  sleep 1
+done
+"""
+
+
+def mark(release: Release) -> str:
+    """What the server's environment carries: the host (as the inventory names it) and the release
+    directory. Two inventory hosts that share a home and a process table (containers, or one machine
+    under two names) share the directory, never the host's name."""
+    return f"{release.transport.name} {release.dir}"
 
 
 def start(release: Release, *, confirm_within_s: float, env: dict[str, str] | None = None) -> int:
@@ -203,8 +227,19 @@ def start(release: Release, *, confirm_within_s: float, env: dict[str, str] | No
     `env`, to this process. Unless `current` names the release within `confirm_within_s`, the
     host stops the server by itself."""
     done = release.transport.run(
-        ["sh", "-c", _START, "sh", release.dir, release.base, release.run_id, str(int(confirm_within_s))],
-        env={**(env or {}), RELEASE_DIR_VAR: release.dir},
+        [
+            "sh",
+            "-c",
+            _START,
+            "sh",
+            release.dir,
+            release.base,
+            release.run_id,
+            str(int(confirm_within_s)),
+            mark(release),
+            _WATCHDOG,
+        ],
+        env={**(env or {}), RELEASE_DIR_VAR: release.dir, SERVER_MARK_VAR: mark(release)},
     )
     return int(done.stdout.strip().splitlines()[-1])
 
@@ -245,46 +280,82 @@ alive_group() {
 }
 """
 
-# Every server of a profile, one "run-id process-group" line each, found two ways: the pid files of
-# all releases, and the environment every server inherits from its launch (SPECCTL_RELEASE_DIR),
-# which finds a server whose release directory or pid file was deleted. $1 = the profile's directory.
+# Every server of a profile that specctl started on this host, one "run-id process-group" line each:
+# the processes whose environment carries the mark `start` gave them (SPECCTL_SERVER: this host's
+# name and a release directory of the profile), so a server whose release directory or pid file was
+# deleted is still found, and nothing else is: a pid file alone proves nothing (the pid may have been
+# recycled, or the file written by another host on a shared home). A server started before the mark
+# existed carries only SPECCTL_RELEASE_DIR and is taken as this host's. Then, "! run-id pid" for each
+# pid file naming a live process that is not this host's server of that release: left alone, and
+# said. $1 = the profile's directory, $2 = the host's name.
 _FIND = (
     _ALIVE
     + r"""
+# Whether live pid $1, which release directory $2's pid file names, is the server host $3 started
+# there: its start time is the one recorded and its environment carries the mark (a server started
+# before the mark existed: no start time recorded, and its environment names the directory).
+started_here() {
+  env=$(tr '\0' '\n' <"/proc/$1/environ" 2>/dev/null) || return 1
+  if [ -f "$2/server.start" ]; then
+    s=$(cat "/proc/$1/stat" 2>/dev/null) || return 1
+    s=${s##*) }; [ "$(echo "$s" | cut -d' ' -f20)" = "$(cat "$2/server.start" 2>/dev/null)" ] || return 1
+    printf '%s\n' "$env" | grep -qxF -- "SPECCTL_SERVER=$3 $2"
+  else
+    printf '%s\n' "$env" | grep -q '^SPECCTL_SERVER=' && return 1
+    printf '%s\n' "$env" | grep -qxF -- "SPECCTL_RELEASE_DIR=$2"
+  fi
+}
 find_servers() {
+  mark="SPECCTL_SERVER=$2 $1/releases/"; legacy="SPECCTL_RELEASE_DIR=$1/releases/"
+  for e in $(grep -lzF -e "$mark" -e "$legacy" /proc/[0-9]*/environ 2>/dev/null); do
+    p=${e#/proc/}; p=${p%/environ}
+    v=$(tr '\0' '\n' <"$e" 2>/dev/null | grep -m 1 '^SPECCTL_SERVER=')
+    case $v in
+      "$mark"*) id=${v#"$mark"} ;;
+      "") v=$(tr '\0' '\n' <"$e" 2>/dev/null | grep -m 1 '^SPECCTL_RELEASE_DIR=')
+          case $v in "$legacy"*) id=${v#"$legacy"} ;; *) continue ;; esac ;;
+      *) continue ;;
+    esac
+    id=${id%%/*}
+    s=$(cat "/proc/$p/stat" 2>/dev/null) || continue
+    s=${s##*) }; g=$(echo "$s" | cut -d' ' -f3)
+    [ -n "$g" ] && [ -n "$id" ] && alive_group "$g" && echo "$id $g"
+  done
   for f in "$1"/releases/*/server.pid; do
     p=$(cat "$f" 2>/dev/null) || continue
     case $p in ""|*[!0-9]*) continue;; esac
-    alive_group "$p" || continue
-    d=${f%/server.pid}; echo "${d##*/} $p"
-  done
-  prefix="SPECCTL_RELEASE_DIR=$1/releases/"
-  for e in $(grep -lzF -- "$prefix" /proc/[0-9]*/environ 2>/dev/null); do
-    p=${e#/proc/}; p=${p%/environ}
     s=$(cat "/proc/$p/stat" 2>/dev/null) || continue
-    s=${s##*) }; g=$(echo "$s" | cut -d' ' -f3)
-    v=$(tr '\0' '\n' <"$e" 2>/dev/null | grep -F -- "$prefix" | head -n 1)
-    id=${v#"$prefix"}; id=${id%%/*}
-    [ -n "$g" ] && [ -n "$id" ] && alive_group "$g" && echo "$id $g"
+    s=${s##*) }; [ "${s%% *}" = Z ] && continue
+    d=${f%/server.pid}
+    started_here "$p" "$d" "$2" && continue
+    echo "! ${d##*/} $p"
   done
 }
 """
 )
-_SERVERS = _FIND + 'find_servers "$1" | sort -u'
-# Stop servers by process group, waiting on the host (no round trip per poll): TERM, up to $1 tenths
-# of seconds of grace, then KILL. $2 = the profile's directory, $3 = one run id (else every server).
-# Prints the run ids that were running.
+# What runs of a profile, read only: `current`'s target, then the servers and the strangers.
+# $1 = the profile's directory, $2 = the host's name.
+_LOOK = _FIND + 'readlink "$1/current" 2>/dev/null || echo; find_servers "$1" "$2" | sort -u'
+# Stop this host's servers by process group, waiting on the host (no round trip per poll): TERM, up to
+# $1 tenths of seconds of grace, then KILL, then until the group is gone (5 s at most). $2 = the
+# profile's directory, $3 = the host's name, $4 = one run id (else every server). Prints the run ids
+# that were running, and "left run-id group" for a group still alive after all that.
 _STOP = (
     _FIND
     + r"""
-limit=$1; base=$2; only=${3:-}
+limit=$1; base=$2; host=$3; only=${4:-}
 stop_round() {
-  find_servers "$base" | sort -u | while read -r id g; do
+  find_servers "$base" "$host" | sort -u | while read -r id g; do
+    [ "$id" = "!" ] && continue
     [ -n "$only" ] && [ "$id" != "$only" ] && continue
     kill -TERM "-$g" 2>/dev/null
     i=0; while alive_group "$g" && [ $i -lt "$limit" ]; do sleep 0.1; i=$((i+1)); done
-    alive_group "$g" && kill -KILL "-$g" 2>/dev/null
+    if alive_group "$g"; then
+      kill -KILL "-$g" 2>/dev/null
+      i=0; while alive_group "$g" && [ $i -lt 50 ]; do sleep 0.1; i=$((i+1)); done
+    fi
     echo "$id"
+    alive_group "$g" && echo "left $id $g"
   done
 }
 # Until a look finds nothing (at most three rounds): a server that outlived its round is stopped again.
@@ -293,6 +364,7 @@ while [ $round -lt 3 ]; do
   stopped=$(stop_round)
   [ -n "$stopped" ] || break
   printf '%s\n' "$stopped"
+  case $stopped in *left*) break;; esac  # KILL did not end it: looking again would not either
   round=$((round + 1))
 done
 true
@@ -309,9 +381,29 @@ class Server:
     note: str | None = None  # what its platform adds (a job's state and time left)
 
 
+@dataclass(frozen=True)
+class Stranger:
+    """A live process that a release's pid file names but that is not the server specctl started
+    there on this host (a recycled pid, or another host's file on a shared home): never signalled."""
+
+    release: str
+    pid: int
+
+    def describe(self, host: str) -> str:
+        return (
+            f"pid {self.pid} (in release {self.release}'s pid file) is not the server specctl started on {host}; "
+            "left alone"
+        )
+
+
 def servers(transport: Transport, base: str) -> list[Server]:
-    """Every running server of the profile whose directory is `base`, current or not."""
-    return _servers_in(transport.run(["sh", "-c", _SERVERS, "sh", base], retry=True).stdout.splitlines())
+    """Every running server of the profile whose directory is `base` that specctl started on this host."""
+    return look(transport, base).servers
+
+
+def look(transport: Transport, base: str) -> Survey:
+    """What runs of the profile on this host, read only: `current`, the servers, the strangers."""
+    return read_survey(transport.run(["sh", "-c", _LOOK, "sh", base, transport.name], retry=True))
 
 
 def _servers_in(lines: list[str]) -> list[Server]:
@@ -320,8 +412,19 @@ def _servers_in(lines: list[str]) -> list[Server]:
     for line in lines:
         run_id, _, rest = line.partition(" ")
         handle, _, note = rest.partition(" ")
-        if handle.isdigit():
+        if run_id != "!" and handle.isdigit():
             found.append(Server(run_id, int(handle), note.strip() or None))
+    return found
+
+
+def _strangers_in(lines: list[str]) -> list[Stranger]:
+    """The "! run-id pid" lines of `find_servers`."""
+    found = []
+    for line in lines:
+        mark, _, rest = line.partition(" ")
+        run_id, _, pid = rest.partition(" ")
+        if mark == "!" and pid.strip().isdigit():
+            found.append(Stranger(run_id, int(pid)))
     return found
 
 
@@ -332,7 +435,7 @@ _SURVEY = (
     + r"""
 for d in "$1"/releases/*.part.*; do [ -d "$d" ] && rm -rf "$d"; done
 readlink "$1/current" 2>/dev/null || echo
-find_servers "$1" | sort -u
+find_servers "$1" "$2" | sort -u
 """
 )
 
@@ -343,24 +446,39 @@ class Survey:
 
     current: str | None
     servers: list[Server]
+    strangers: list[Stranger] = field(default_factory=list)
 
 
-def survey_command(base: str) -> list[str]:
+def survey_command(base: str, host: str) -> list[str]:
     """Sweep half-written releases, and read `current` and the running servers, in one command."""
-    return ["sh", "-c", _SURVEY, "sh", base]
+    return ["sh", "-c", _SURVEY, "sh", base, host]
 
 
 def read_survey(done: Completed) -> Survey:
     link, *lines = done.stdout.split("\n")
-    return Survey(link.strip().rsplit("/", 1)[-1] if link.strip() else None, _servers_in(lines))
+    current = link.strip().rsplit("/", 1)[-1] if link.strip() else None
+    return Survey(current, _servers_in(lines), _strangers_in(lines))
 
 
 def _stop(transport: Transport, base: str, run_id: str | None, timeout_s: float) -> list[str]:
-    """Stop, then look again a moment later and stop what still answers (at most three times)."""
-    argv = ["sh", "-c", _STOP, "sh", str(int(timeout_s * 10)), base, *([run_id] if run_id else [])]
+    """Stop, then look again a moment later and stop what still answers (at most three times); returns
+    once what was stopped is gone. A group that outlives SIGKILL (a process stuck in the kernel) is a
+    HostError naming it: the command never says stopped of what it saw still running."""
+    argv = ["sh", "-c", _STOP, "sh", str(int(timeout_s * 10)), base, transport.name, *([run_id] if run_id else [])]
     stopped: set[str] = set()
     for _ in range(3):
-        found = set(transport.run(argv, timeout_s=3 * timeout_s + 60, retry=True).stdout.split())
+        lines = transport.run(argv, timeout_s=3 * timeout_s + 60, retry=True).stdout.splitlines()
+        left = [line.split()[1:] for line in lines if line.startswith("left ")]
+        if left:
+            raise HostError(
+                f"{transport.name}: "
+                + ", ".join(f"release {r}'s process group {g}" for r, g in left)
+                + " still runs after SIGTERM and SIGKILL",
+                host=transport.name,
+                fix="a process that ignores SIGKILL is stuck in the kernel (a GPU driver call, a hung "
+                "mount): look at it with `ps -o pid,stat,wchan -g GROUP` on the host",
+            )
+        found = {line for line in lines if line.strip()}
         stopped |= found
         if not found:
             break

@@ -221,6 +221,10 @@ class SlurmPlatform:
         )
         return rel.read_survey(Completed(0, b"\n" + done.out, "")).servers
 
+    def look(self, base: str) -> rel.Survey:
+        root, _, profile = base.rpartition("/")
+        return rel.Survey(rel.linked(self.transport, root, profile), self.servers(base))  # jobs carry their own names
+
     def start(self, release: rel.Release, *, confirm_within_s: float, env: Mapping[str, str] | None = None) -> int:
         argv = ["sh", "-c", _SUBMIT, "sh", release.dir, JOB_FILE, str(int(confirm_within_s) + SHARED_STORAGE_SLACK_S)]
         done = self.transport.run(argv, env={**self.cluster.env, **(env or {})}, timeout_s=120, check=False)

@@ -5,6 +5,8 @@ strings through ssh. The flows' branches (a stale lock and unlock, a server dyin
 
 from __future__ import annotations
 
+import os
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -133,3 +135,31 @@ def test_inventory_strings_reach_the_host_as_data(cli: Any, lab: SshLab, fleet: 
     assert (odd / "tiny-llama-demo" / "current" / "launch.sh").exists()
     assert not list(Path("/tmp").glob("pwned-*"))
     cli("stop", fleet["v1"], "--hosts", "h0", "--inventory", str(inventory), "--ssh-config", str(lab.ssh_config))
+
+
+def test_a_process_behind_a_recycled_pid_survives_stop_and_status_names_it(
+    cli: Any, lab: SshLab, fleet: dict[str, Any]
+) -> None:
+    """The server is gone and its pid now belongs to another process: `stop` signals nothing it cannot
+    prove it started there (start time and mark, read from /proc on the host), and `status` says so."""
+    common = [*fleet["common"], "--hosts", "h0"]
+    deployed = cli("--json", "deploy", fleet["v1"], "--baseline", "skip", *common)
+    assert deployed.code == 0, deployed.stdout + deployed.stderr
+    release = lab.hosts["h0"].root / "tiny-llama-demo" / "releases" / deployed.json()["hosts"][0]["release"]
+    assert cli("stop", fleet["v1"], *common).code == 0
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SPECCTL_")}
+    stranger = subprocess.Popen(["setsid", "sleep", "120"], env=env)  # the lab's hosts share this process table
+    try:
+        (release / "server.pid").write_text(f"{stranger.pid}\n")
+        assert cli("--json", "stop", fleet["v1"], *common).json()["stopped"] == {"h0": False}
+        assert stranger.poll() is None
+        [h0] = cli("--json", "status", fleet["v1"], *common).json()["hosts"]
+        assert not h0["running"] and h0["servers"] == []
+        assert h0["strangers"] == [
+            f"pid {stranger.pid} (in release {release.name}'s pid file) is not the server specctl started on h0; "
+            "left alone"
+        ]
+        assert "left alone" in h0["state"]
+    finally:
+        stranger.kill()
+        stranger.wait()

@@ -86,7 +86,7 @@ def test_a_failed_unpack_leaves_no_part_and_sweep_removes_old_ones(tmp_path: Pat
     releases = tmp_path / "p" / "releases"
     assert list(releases.iterdir()) == []
     (releases / "run0.part.123").mkdir()  # what a killed transfer of an earlier run left
-    assert rel.read_survey(t.run(rel.survey_command(str(tmp_path / "p")))) == rel.Survey(None, [])
+    assert rel.read_survey(t.run(rel.survey_command(str(tmp_path / "p"), t.name))) == rel.Survey(None, [])
     assert list(releases.iterdir()) == []
 
 
@@ -179,3 +179,73 @@ def test_a_server_that_exited_but_waits_to_be_reaped_is_not_running(tmp_path: Pa
         assert time.monotonic() - started < 3
     finally:
         zombie.wait()
+
+
+def _foreign(seconds: int = 60) -> subprocess.Popen[bytes]:
+    """A process specctl did not start: its own session, no mark in its environment."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SPECCTL_")}
+    return subprocess.Popen(["setsid", "sleep", str(seconds)], env=env)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(") ", 1)[1][0]
+    except FileNotFoundError:
+        return False
+    return state != "Z"
+
+
+def test_a_pid_file_naming_another_process_is_never_signalled(tmp_path: Path) -> None:
+    """The pid was recycled (or the file rewritten): the process behind it is left alone, and said."""
+    t = local_transport("h1")
+    r = rel.Release(t, str(tmp_path), "p", "old")
+    rel.materialize(r, {"launch.sh": (b"exec sleep 60\n", 0o755)})
+    group = rel.start(r, confirm_within_s=600)
+    rel.switch(r)
+    stranger = _foreign()
+    try:
+        assert rel.stop_running(t, str(tmp_path), "p") == ["old"]
+        _wait_gone(group)
+        (Path(r.dir) / rel.PID).write_text(f"{stranger.pid}\n")  # what a recycled pid looks like
+        seen = rel.look(t, r.base)
+        assert seen.servers == [] and seen.strangers == [rel.Stranger("old", stranger.pid)]
+        assert "is not the server specctl started on h1; left alone" in seen.strangers[0].describe("h1")
+        assert rel.stop_running(t, str(tmp_path), "p", timeout_s=1) == [] and not rel.stop(r, timeout_s=1)
+        assert _alive(stranger.pid)
+    finally:
+        stranger.kill()
+        stranger.wait()
+
+
+def test_hosts_that_share_a_home_and_a_process_table_touch_only_their_own_servers(tmp_path: Path) -> None:
+    """Two inventory hosts on one machine (or containers sharing a pid namespace) with one home:
+    one release directory, two servers; each host sees, and stops, only the server it started."""
+    h0, h1 = local_transport("h0"), local_transport("h1")
+    r0, r1 = rel.Release(h0, str(tmp_path), "p", "run"), rel.Release(h1, str(tmp_path), "p", "run")
+    rel.materialize(r0, {"launch.sh": (b"exec sleep 60\n", 0o755)})
+    g0 = rel.start(r0, confirm_within_s=600)
+    g1 = rel.start(r1, confirm_within_s=600)  # the same directory: h1's pid file replaces h0's
+    rel.switch(r0)
+    try:
+        assert [(s.release, s.handle) for s in rel.servers(h0, r0.base)] == [("run", g0)]
+        assert [(s.release, s.handle) for s in rel.servers(h1, r1.base)] == [("run", g1)]
+        assert rel.look(h0, r0.base).strangers == [rel.Stranger("run", g1)]  # h1's pid file, seen from h0
+        assert rel.stop_running(h1, str(tmp_path), "p") == ["run"]
+        _wait_gone(g1)
+        assert _alive(g0) and [s.handle for s in rel.servers(h0, r0.base)] == [g0]
+    finally:
+        rel.stop_running(h0, str(tmp_path), "p")
+
+
+def test_the_watchdog_signals_only_a_group_that_carries_the_servers_mark(tmp_path: Path) -> None:
+    """At its deadline the watchdog proves the group is the server's before it signals it."""
+    t = local_transport()
+    r = rel.Release(t, str(tmp_path), "p", "unmarked")
+    rel.materialize(r, {"launch.sh": (b"exec env -u SPECCTL_SERVER -u SPECCTL_RELEASE_DIR sleep 60\n", 0o755)})
+    group = rel.start(r, confirm_within_s=1)
+    try:
+        time.sleep(3)  # past the deadline: a group whose members carry no mark is not provably the server
+        assert _alive(group)
+        assert "not made current" not in (Path(r.dir) / rel.LOG).read_text()
+    finally:
+        os.killpg(group, 9)
