@@ -12,6 +12,9 @@ SGLANG_WHEELS := $(CURDIR)/.cache/sglang-wheels
 # LAB_WORKERS=` runs both serially.
 PYTEST_WORKERS ?= -n 3 --dist loadgroup
 LAB_WORKERS ?= -n 2 --dist loadgroup
+# A hung test fails with every thread's stack, far above the slowest (fast tier 10 s, labs 60 s).
+FAST_TIMEOUT := --timeout 180
+LAB_TIMEOUT := --timeout 900
 # Bytecode is cached (a shell that sets PYTHONDONTWRITEBYTECODE would have every test, engine and CLI
 # process compile specctl, pytest's rewritten tests and sglang from source: 10 s of collection alone).
 unexport PYTHONDONTWRITEBYTECODE
@@ -78,15 +81,15 @@ lint: $(STAMP)
 test: $(STAMP) $(HUB)/.built sglang-env sglang-wheels system-deps
 	$(MAKE) --no-print-directory lint
 	$(BIN)/python -m mypy
-	SPECCTL_TEST_TIER=fast $(BIN)/python -m pytest -q -p no:cacheprovider -m "not lab" $(PYTEST_WORKERS)
+	SPECCTL_TEST_TIER=fast $(BIN)/python -m pytest -q -p no:cacheprovider -m "not lab" $(PYTEST_WORKERS) $(FAST_TIMEOUT)
 	SPECCTL_SGLANG_PYTHON=$(SGLANG_VENV)/bin/python SPECCTL_SGLANG_WHEELS=$(SGLANG_WHEELS) \
-	  $(BIN)/python -m pytest -q -p no:cacheprovider -m lab $(LAB_WORKERS) --durations=15
+	  $(BIN)/python -m pytest -q -p no:cacheprovider -m lab $(LAB_WORKERS) $(LAB_TIMEOUT) --durations=15
 
 # The fast tier (docs/development.md): everything but the labs, on the fakes of tests/fakes/ (no sshd, no
 # Slurm, no engine server, no sglang environment). SPECCTL_TEST_TIER=fast makes a lab fixture or a real
 # engine start fail loudly, and keeps the lab modules (torch, fastapi) from being imported.
 test-fast: $(STAMP) $(HUB)/.built
-	SPECCTL_TEST_TIER=fast $(BIN)/python -m pytest -q -p no:cacheprovider -m "not lab" $(PYTEST_WORKERS)
+	SPECCTL_TEST_TIER=fast $(BIN)/python -m pytest -q -p no:cacheprovider -m "not lab" $(PYTEST_WORKERS) $(FAST_TIMEOUT)
 
 bench: $(STAMP) $(HUB)/.built sglang-env
 	$(BIN)/python benchmarks/startup.py

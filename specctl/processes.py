@@ -5,14 +5,28 @@ which should depend on the other or on a host transport."""
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 
-def process_alive(pid: int) -> bool:
-    """Whether a process of this machine exists (one of another user counts)."""
+def process_alive(pid: int, started: str | None = None) -> bool:
+    """Whether a process of this machine exists (one of another user counts); with `started` (its
+    start time, as `start_time` gave it), whether that very process does and not a later one that
+    was given the same pid."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
-        return True
-    return True
+        pass
+    return started is None or start_time(pid) in (None, started)
+
+
+def start_time(pid: int) -> str | None:
+    """When a process started, in clock ticks since boot (/proc/PID/stat's 22nd field); None where
+    /proc cannot tell (not Linux, or the process is gone)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text(encoding="ascii", errors="replace")
+    except OSError:
+        return None
+    fields = stat.rsplit(") ", 1)[-1].split()
+    return fields[19] if len(fields) > 19 else None

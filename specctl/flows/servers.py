@@ -126,9 +126,10 @@ def stop(reach: Reach, profile: str, hosts: Sequence[HostSpec], *, command: str)
     def one(host: HostSpec) -> list[str]:
         t, root = reach.open(host)
         base = f"{root}/{profile}"
-        lock.acquire(t, base, owner)
+        platform = platform_of(host, t)
+        lock.acquire(t, base, owner, own_root=platform.machine_root)
         try:
-            return platform_of(host, t).stop_running(root, profile)
+            return platform.stop_running(root, profile)
         finally:
             lock.release(t, base)
 

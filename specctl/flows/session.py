@@ -116,7 +116,14 @@ class HostSession:
         """Take the profile's host lock, or share the hold of an outer flow (a rollback inside a
         deploy, a baseline inside a verify); every hold ends with one `let_go`."""
         if self._lock_depth == 0:
-            lock.acquire(self.transport, self.base, lock.owner(run_id, self.ctx.command))
+            stale = lock.acquire(
+                self.transport,
+                self.base,
+                lock.owner(run_id, self.ctx.command),
+                own_root=self.platform.machine_root,
+            )
+            if stale is not None:
+                self.progress(f"took over the lock of {lock.describe(stale)}")
         self._lock_depth += 1
 
     @property

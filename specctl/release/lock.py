@@ -1,7 +1,9 @@
 """The per-profile host lock: one verb that changes a host at a time, with its owner written down.
 
 Every verb that changes a host (deploy, rollback, baseline, verify, stop) holds it for its whole
-length; `unlock` removes it only when its holder is gone, or when told to with `--force`.
+length; `unlock` removes it only when its holder is gone, or when told to with `--force`. A lock
+whose holder is provably gone (a process of this machine that no longer runs: its pid is absent, or
+belongs to a process started later) is taken over by the next verb, which says so.
 """
 
 from __future__ import annotations
@@ -15,10 +17,31 @@ from typing import Any
 
 from specctl.errors import ConnectionLost, HostError
 from specctl.hosts.transport import Transport
-from specctl.processes import process_alive
+from specctl.processes import process_alive, start_time
 
-# create the lock file only if absent (noclobber makes the redirection fail when it exists)
-_CREATE = 'mkdir -p "${1%/*}" && set -C && printf "%s\\n" "$2" > "$1"'
+IDENTITY_FILE = "host-identity"  # in a state root: "machine-id hostname" of the machine it belongs to
+# Create the lock file only if absent (noclobber makes the redirection fail when it exists). With $3
+# (a host's own state root), first the root's identity: written on first use, and a root that another
+# machine wrote is refused (exit 9, printing its identity) before anything else is written: a home
+# directory shared by several hosts must not hold one state for all of them. $1 lock, $2 owner.
+_CREATE = r"""
+if [ -n "${3:-}" ]; then
+  id=$(cat /etc/machine-id 2>/dev/null); me="${id:-$(uname -n)} $(uname -n)"
+  mkdir -p "$3" || exit 1
+  [ -f "$3/host-identity" ] || (set -C; printf '%s\n' "$me" >"$3/host-identity") 2>/dev/null
+  seen=$(head -n 1 "$3/host-identity" 2>/dev/null)
+  [ "${seen%% *}" = "${me%% *}" ] || { printf '%s\n' "$seen"; exit 9; }
+fi
+mkdir -p "${1%/*}" && set -C && printf "%s\n" "$2" > "$1"
+"""
+# Take over a stale lock: move it aside (one rename: of two takers, one gets it), and replace it only
+# if what was moved is the stale lock read before; anything else is put back. $1 lock, $2 the stale
+# content, $3 the new owner.
+_TAKE_OVER = (
+    'aside="$1.stale.$$"; mv "$1" "$aside" 2>/dev/null || exit 1; '
+    'if [ "$(cat "$aside")" = "$2" ]; then rm -f "$aside"; set -C; printf "%s\\n" "$3" > "$1"; '
+    'else mv -n "$aside" "$1"; exit 1; fi'
+)
 
 
 def owner(run_id: str, command: str) -> dict[str, Any]:
@@ -26,25 +49,50 @@ def owner(run_id: str, command: str) -> dict[str, Any]:
         "user": getpass.getuser(),
         "machine": socket.gethostname(),
         "pid": os.getpid(),
+        "started": start_time(os.getpid()),  # with the pid: this very process, not a later one given its pid
         "run_id": run_id,
         "command": command,
         "since": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
 
 
-def acquire(transport: Transport, base: str, who: dict[str, Any]) -> None:
+def acquire(transport: Transport, base: str, who: dict[str, Any], *, own_root: bool = True) -> dict[str, Any] | None:
     """Take the lock or raise naming its holder. A connection lost in the middle is resolved by
-    reading the lock back: if it names us, the first attempt took it."""
+    reading the lock back: if it names us, the first attempt took it. A lock whose holder is provably
+    gone is taken over: the stale holder is returned, for the caller to say so (else None).
+
+    With `own_root` (a host's root; a Slurm cluster's is shared by its login and compute nodes by
+    design), the state root must be this machine's: one written by another machine is refused."""
+    mine = json.dumps(who, sort_keys=True)
+    root = base.rsplit("/", 1)[0]
+    done = None
     try:
-        done = transport.run(["sh", "-c", _CREATE, "sh", f"{base}/lock", json.dumps(who, sort_keys=True)], check=False)
+        done = transport.run(
+            ["sh", "-c", _CREATE, "sh", f"{base}/lock", mine, *([root] if own_root else [])], check=False
+        )
         taken = done.rc == 0
     except ConnectionLost:
         taken = False
     if taken:
-        return
-    held = read(transport, base)
+        return None
+    if done is not None and done.rc == 9:
+        machine_id, _, hostname = done.stdout.strip().partition(" ")
+        raise HostError(
+            f"{transport.name}: the state directory {root} belongs to another machine ({hostname or '?'}, "
+            f"machine-id {machine_id[:12]}): hosts that share a home directory need a state root each",
+            host=transport.name,
+            fix=f"set `root:` for {transport.name} in the inventory to a directory of its own "
+            f"(for example ~/.specctl/hosts/{transport.name}); {root}/{IDENTITY_FILE} names the machine it belongs to",
+        )
+    raw = transport.read(f"{base}/lock")
+    held = _parsed(raw)
     if held == who:
-        return
+        return None
+    if held is not None and raw is not None and holder_alive(held) is False:
+        stale = raw.decode(errors="replace").rstrip("\n")
+        if transport.run(["sh", "-c", _TAKE_OVER, "sh", f"{base}/lock", stale, mine], check=False, retry=True).rc == 0:
+            return held
+        held = read(transport, base)  # another verb took it first
     if held is None:
         raise HostError(
             f"{transport.name}: cannot create the lock {base}/lock",
@@ -59,7 +107,10 @@ def acquire(transport: Transport, base: str, who: dict[str, Any]) -> None:
 
 
 def read(transport: Transport, base: str) -> dict[str, Any] | None:
-    raw = transport.read(f"{base}/lock")
+    return _parsed(transport.read(f"{base}/lock"))
+
+
+def _parsed(raw: bytes | None) -> dict[str, Any] | None:
     if raw is None:
         return None
     try:
@@ -78,11 +129,12 @@ def release(transport: Transport, base: str, *, last_write: tuple[str, bytes] | 
 
 
 def holder_alive(held: dict[str, Any]) -> bool | None:
-    """Whether the lock's holder still runs: known only for a holder on this machine (None otherwise)."""
-    pid = held.get("pid")
+    """Whether the lock's holder still runs: known only for a holder on this machine (None otherwise).
+    A pid now used by a process that started after the holder's does not count as the holder."""
+    pid, started = held.get("pid"), held.get("started")
     if held.get("machine") != socket.gethostname() or not isinstance(pid, int):
         return None
-    return process_alive(pid)
+    return process_alive(pid, started if isinstance(started, str) else None)
 
 
 def describe(held: dict[str, Any] | None) -> str:

@@ -59,6 +59,9 @@ class Platform(Protocol):
     node0_address: ClassVar[str | None]
     tunable: ClassVar[bool]  # tune can bring candidates up and measure them here
     poll_s: ClassVar[float]  # between looks at a starting server
+    # True: the state root belongs to the one machine specctl reaches, and a root another machine wrote
+    # (a shared home) is refused; False: it is shared by design (a cluster's login and compute nodes)
+    machine_root: ClassVar[bool]
 
     @classmethod
     def on(cls, spec: HostSpec, transport: Transport) -> Platform:
@@ -126,6 +129,7 @@ class ProcessPlatform:
     node0_address: ClassVar[str | None] = None
     tunable: ClassVar[bool] = True
     poll_s: ClassVar[float] = 0.5
+    machine_root: ClassVar[bool] = True
 
     def __init__(self, transport: Transport) -> None:
         self.transport = transport

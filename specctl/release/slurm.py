@@ -181,6 +181,7 @@ class SlurmPlatform:
     node0_address: ClassVar[str | None] = HEAD_ADDRESS  # the ranks meet at the allocation's first node
     tunable: ClassVar[bool] = False  # tune measures on a host it reaches itself
     poll_s: ClassVar[float] = POLL_S
+    machine_root: ClassVar[bool] = False
 
     def __init__(self, transport: Transport, cluster: SlurmCluster) -> None:
         self.transport = transport

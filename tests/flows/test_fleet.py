@@ -5,6 +5,10 @@ What tests/integration/ keeps is what needs the real edges (sshd, the reference 
 
 from __future__ import annotations
 
+import json
+import os
+import socket
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -107,6 +111,65 @@ def test_stale_lock_refuses_then_unlock_shows_owner(cli: Any, fleet: dict[str, A
     unlocked = cli("unlock", fleet["v1"], "--hosts", "h1", "--force", *fleet["common"])
     assert unlocked.code == 0 and "alice@laptop" in unlocked.stdout and not (base / "lock").exists()
     assert cli("deploy", *BUDGET, fleet["v1"], "--hosts", "h1", "--no-verify", *fleet["common"]).code == 0
+
+
+@pytest.mark.parametrize("holder", ["exited", "recycled"])
+def test_a_lock_whose_holder_is_provably_gone_is_taken_over_and_said(
+    cli: Any, fleet: dict[str, Any], fake_hosts: Any, holder: str
+) -> None:
+    """A deploy killed on this machine left its lock: its pid is gone, or now names a later process
+    (this very test process, with another start time). The next verb takes the lock over and says so;
+    `unlock` is for holders whose fate cannot be known (another machine)."""
+    if holder == "exited":
+        child = subprocess.Popen(["true"])
+        child.wait()
+        pid = child.pid
+    else:
+        pid = os.getpid()  # this process's pid, with a start time that is not this process's
+    started = "1"
+    base = fake_hosts.root("h1") / NAME
+    base.mkdir(parents=True, exist_ok=True)
+    (base / "lock").write_text(
+        json.dumps(
+            {
+                "user": "bob",
+                "machine": socket.gethostname(),
+                "pid": pid,
+                "started": started,
+                "since": "2026-12-03T10:00:00Z",
+                "run_id": "x",
+                "command": "specctl deploy",
+            }
+        )
+        + "\n"
+    )
+    result = cli("deploy", *BUDGET, fleet["v1"], "--hosts", "h1", "--no-verify", *fleet["common"])
+    assert result.code == 0, result.stdout + result.stderr
+    said = " ".join(result.stderr.split())
+    assert f"took over the lock of bob@{socket.gethostname()} pid {pid}" in said and "its process is gone" in said
+    assert not (base / "lock").exists() and not list(base.glob("lock.stale.*"))
+
+
+def test_a_state_root_another_machine_wrote_is_refused_before_anything_is_written(
+    cli: Any, fleet: dict[str, Any], fake_hosts: Any
+) -> None:
+    """A home directory shared by several hosts (NFS): the root's identity names another machine."""
+    root = fake_hosts.root("h1")
+    assert cli("deploy", *BUDGET, fleet["v1"], "--hosts", "h1", "--no-verify", *fleet["common"]).code == 0
+    mine = (root / "host-identity").read_text()
+    assert mine.split()[0] == (Path("/etc/machine-id").read_text().strip() or mine.split()[1])
+    (root / "host-identity").write_text("0123456789abcdef0123456789abcdef gpu-node-7\n")
+    before = sorted(p.name for p in (root / NAME / "releases").iterdir())
+    result = cli("--json", "deploy", *BUDGET, fleet["v1"], "--hosts", "h1", "--no-verify", *fleet["common"])
+    assert result.code == 3, result.stdout + result.stderr
+    [h1] = result.json()["hosts"]
+    assert "belongs to another machine (gpu-node-7, machine-id 0123456789ab)" in h1["detail"]
+    assert "set `root:` for h1 in the inventory" in " ".join(result.stdout.split())
+    assert (
+        sorted(p.name for p in (root / NAME / "releases").iterdir()) == before and not (root / NAME / "lock").exists()
+    )
+    stopped = cli("--json", "stop", fleet["v1"], "--hosts", "h1", *fleet["common"])
+    assert "belongs to another machine" in stopped.stdout  # stop signals nothing on another machine's root either
 
 
 def test_server_dying_at_startup_shows_its_log_and_restores_the_previous_release(

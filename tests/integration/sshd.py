@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import atexit
 import os
+import secrets
 import shlex
 import shutil
 import signal
@@ -178,8 +179,16 @@ class SshLab:
             _run("ip", "netns", "add", ns)
             wire_namespace(ns, outside, inside, subnet)
             (hostdir / "bashrc").write_text("# this host's own login-shell start-up file\n")
+            (hostdir / "machine-id").write_text(secrets.token_hex(16) + "\n")  # a machine of its own, by name too
             host = SshHost(
-                name, f"{subnet}.2", port, hostdir / "root", ns, bashrc=hostdir / "bashrc", tmpfs=dict(tmpfs or {})
+                name,
+                f"{subnet}.2",
+                port,
+                hostdir / "root",
+                ns,
+                bashrc=hostdir / "bashrc",
+                tmpfs=dict(tmpfs or {}),
+                binds={"/etc/machine-id": str(hostdir / "machine-id")},
             )
         else:
             host = SshHost(name, "127.0.0.1", _free_port(), hostdir / "root", None)
@@ -224,7 +233,21 @@ class SshLab:
                 mounts
                 + 'if [ -e "$HOME/.bashrc" ]; then mount --bind "$1" "$HOME/.bashrc" || exit 1; fi; shift; exec "$@"'
             )
-            argv = ["ip", "netns", "exec", host.namespace, "sh", "-c", own, "sh", str(host.bashrc), *argv]
+            own = f"hostname {shlex.quote(host.name)} || exit 1; " + own  # in a UTS namespace of its own
+            argv = [
+                "ip",
+                "netns",
+                "exec",
+                host.namespace,
+                "unshare",
+                "--uts",
+                "sh",
+                "-c",
+                own,
+                "sh",
+                str(host.bashrc),
+                *argv,
+            ]
         host.process = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.monotonic() + 10
         while True:

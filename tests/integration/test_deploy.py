@@ -163,3 +163,36 @@ def test_a_process_behind_a_recycled_pid_survives_stop_and_status_names_it(
     finally:
         stranger.kill()
         stranger.wait()
+
+
+def test_two_hosts_on_one_shared_home_are_refused_a_common_state_root(
+    cli: Any, lab: SshLab, fleet: dict[str, Any], tmp_path: Path
+) -> None:
+    """h0 and h1 (each a machine of its own: machine-id and hostname) mount one home: the second host
+    to use the shared root is refused before it writes anything, with the fix."""
+    shared = tmp_path / "nfs-home" / ".specctl"
+    inventory = tmp_path / "hosts-shared.yaml"
+    inventory.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "specctl/v1",
+                "kind": "Inventory",
+                "hosts": {h: {"ssh": h, "root": str(shared), "python": sys.executable} for h in ("h0", "h1")},
+            }
+        )
+    )
+    common = ["--inventory", str(inventory), "--ssh-config", str(lab.ssh_config)]
+    try:
+        first = cli("--json", "deploy", fleet["v1"], "--hosts", "h0", "--baseline", "skip", *common)
+        assert first.code == 0, first.stdout + first.stderr
+        assert (shared / "host-identity").read_text().split()[1] == "h0"
+        releases = sorted(p.name for p in (shared / "tiny-llama-demo" / "releases").iterdir())
+        second = cli("--json", "deploy", fleet["v1"], "--hosts", "h1", "--baseline", "skip", *common)
+        assert second.code == 3, second.stdout + second.stderr
+        [h1] = second.json()["hosts"]
+        assert f"the state directory {shared} belongs to another machine (h0" in h1["detail"]
+        assert sorted(p.name for p in (shared / "tiny-llama-demo" / "releases").iterdir()) == releases
+        [h0] = cli("--json", "status", fleet["v1"], "--hosts", "h0", *common).json()["hosts"]
+        assert h0["healthy"]  # h0's server was never touched
+    finally:
+        cli("stop", fleet["v1"], "--hosts", "h0", *common)
