@@ -47,7 +47,7 @@ from specctl.ledger._sqlite import (
 )
 from specctl.ledger.records import HostRecord, Outcome, Run, StepEvent, now
 from specctl.ledger.schema import EVENTS, KINDS, MIGRATIONS, READABLE_SCHEMA, SCHEMA_VERSION, STATUSES
-from specctl.processes import process_alive
+from specctl.processes import process_alive, start_time
 from specctl.settings import data_dir
 
 
@@ -75,6 +75,7 @@ class Ledger:
         self.readonly = readonly
         self._lock = threading.RLock()  # host threads share the connection, one statement group at a time
         self._step_column = "step"  # a schema-3 ledger read as it is names it `stage`
+        self._process_start = "process_start"  # NULL in a schema-3 or -4 ledger read as it is
         self.db = self._connect_for_reading() if readonly else self._connect()
         try:
             with self._guard("opening it"):
@@ -197,8 +198,9 @@ class Ledger:
             self.db.row_factory = sqlite3.Row
         elif version > SCHEMA_VERSION:
             raise newer_schema(self.path, version)
-        elif version == READABLE_SCHEMA:
-            self._step_column = "stage"
+        elif READABLE_SCHEMA <= version < SCHEMA_VERSION:
+            self._step_column = "stage" if version == 3 else "step"
+            self._process_start = "NULL"
         elif version < SCHEMA_VERSION:
             raise LedgerError(
                 f"{self.path} has ledger schema {version}; this specctl reads schema {SCHEMA_VERSION}"
@@ -264,8 +266,12 @@ class Ledger:
 
     def _orphans(self) -> list[str]:
         """Runs left `running` by a process of this machine that is gone: killed (SIGKILL, power)."""
-        rows = self._query("SELECT id, pid FROM runs WHERE status = 'running' AND machine = ?", (socket.gethostname(),))
-        return [row["id"] for row in rows if not process_alive(int(row["pid"]))]
+        rows = self._query(
+            f"SELECT id, pid, {self._process_start} AS process_start FROM runs"
+            " WHERE status = 'running' AND machine = ?",
+            (socket.gethostname(),),
+        )
+        return [row["id"] for row in rows if not process_alive(int(row["pid"]), row["process_start"])]
 
     def _close_orphans(self) -> None:
         for run_id in self._orphans():
@@ -295,8 +301,8 @@ class Ledger:
         with self._writing(f"opening run {run_id}") as db:
             db.execute(
                 "INSERT INTO runs (id, kind, profile, profile_version, profile_sha256, hosts, command, user,"
-                " machine, pid, reason, engine, engine_version, inputs, status, started_at, parent, baseline_key)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'running', ?, ?, ?)",
+                " machine, pid, process_start, reason, engine, engine_version, inputs, status, started_at, parent,"
+                " baseline_key) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'running', ?, ?, ?)",
                 (
                     run_id,
                     kind,
@@ -308,6 +314,7 @@ class Ledger:
                     getpass.getuser(),
                     socket.gethostname(),
                     os.getpid(),
+                    start_time(os.getpid()),
                     reason,
                     engine,
                     engine_version,

@@ -66,7 +66,12 @@ MIGRATIONS: tuple[str, ...] = (
     """
     ALTER TABLE run_events RENAME COLUMN stage TO step;
     """,
+    # 5: when the run's process started (with its pid: that very process, not a later one given its pid)
+    """
+    ALTER TABLE runs ADD COLUMN process_start TEXT;
+    """,
 )
 SCHEMA_VERSION = len(MIGRATIONS)
-# the oldest schema a reading command reads as it is: 3 differs from 4 only in the events' column name
+# the oldest schema a reading command reads as it is: 3 names the events' step column `stage`, and
+# 3 and 4 lack the runs' process start time (their runs are judged by pid alone)
 READABLE_SCHEMA = 3

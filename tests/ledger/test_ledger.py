@@ -3,6 +3,7 @@ killed by a signal (in a real child process) or when their process vanished."""
 
 from __future__ import annotations
 
+import os
 import signal
 import sqlite3
 import subprocess
@@ -17,6 +18,7 @@ from specctl.cancel import Cancelled, CancelToken
 from specctl.errors import InputError, LedgerError
 from specctl.ledger.ledger import Ledger
 from specctl.ledger.schema import MIGRATIONS, SCHEMA_VERSION
+from specctl.processes import start_time
 
 PROFILE = {"metadata": {"name": "p", "version": 3}}
 
@@ -96,6 +98,20 @@ def test_a_run_whose_process_vanished_is_closed_as_killed(tmp_path: Path) -> Non
     again = Ledger(tmp_path / "l.db")
     assert again.get("r").status == "killed" and "gone" in (again.get("r").verdict or {})["note"]
     again.close()
+
+
+def test_a_run_whose_pid_now_names_a_later_process_is_closed_as_killed(tmp_path: Path) -> None:
+    """The run's process died and its pid was given to another (here: this process, started at
+    another time than the row records): the pid alone would keep the run `running` forever."""
+    book = Ledger(tmp_path / "l.db")
+    book.begin("recycled", "deploy", command="c")
+    book.begin("here", "deploy", command="c")
+    assert book.db.execute("SELECT process_start FROM runs WHERE id = 'here'").fetchone()[0] == start_time(os.getpid())
+    book.db.execute("UPDATE runs SET process_start = '1' WHERE id = 'recycled'")
+    book.close()
+    read = Ledger(tmp_path / "l.db", readonly=True)
+    assert {r.id: r.status for r in read.runs()} == {"recycled": "killed", "here": "running"}
+    read.close()
 
 
 def test_a_read_closes_a_run_whose_process_vanished(tmp_path: Path) -> None:
