@@ -4,6 +4,7 @@ release or pid file is gone is still found), and stopping all of it under the pr
 
 from __future__ import annotations
 
+import calendar
 import json
 import shlex
 import time
@@ -69,9 +70,7 @@ class HostStatus:
         if job:
             text += f" (job {job})"
         if others:
-            text += "; ALSO RUNNING, not current: " + ", ".join(
-                s["release"] + (f" (stops itself at {s['confirm_by']})" if s.get("confirm_by") else "") for s in others
-            )
+            text += "; ALSO RUNNING, not current: " + ", ".join(s["release"] + _deadline(s) for s in others)
         if self.strangers:
             text += "; " + "; ".join(self.strangers)
         return text
@@ -109,6 +108,20 @@ def status(reach: Reach, profile: str, port: int, hosts: Sequence[HostSpec]) -> 
         group.results[h.name] if h.name in group.results else HostStatus(h.name, error=error_text(group.errors[h.name]))
         for h in hosts
     ]
+
+
+WATCHDOG_SLACK_S = 90  # past a deadline: the watchdog's grace (TERM, 30 s, KILL), its one-second polls, clocks
+
+
+def _deadline(server: dict[str, Any]) -> str:
+    """When a server that is not current stops itself, or that it should have and its watchdog is gone."""
+    deadline = server.get("confirm_by")
+    if not deadline:
+        return ""
+    due = calendar.timegm(time.strptime(deadline, "%Y-%m-%dT%H:%M:%SZ"))
+    if time.time() > due + WATCHDOG_SLACK_S:
+        return f" (was to stop itself at {deadline}: its watchdog is gone; `specctl stop` stops it)"
+    return f" (stops itself at {deadline})"
 
 
 def _confirm_by(t: Transport, release: rel.Release) -> str | None:
