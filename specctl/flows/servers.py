@@ -49,6 +49,9 @@ class HostStatus:
     healthy: bool = False  # and answers a generation
     servers: list[dict[str, Any]] = field(default_factory=list)  # every server of the profile, current or not
     strangers: list[str] = field(default_factory=list)  # pid files naming processes specctl did not start here
+    # how the current release stands, from its verdict file: verified, FAILED verify, a tune candidate,
+    # or UNVERIFIED (deployed with --no-verify, or its verify never finished)
+    verification: str | None = None
     locked_by: str | None = None
     error: str | None = None
 
@@ -69,6 +72,8 @@ class HostStatus:
         job = next((s.get("job_state") for s in self.servers if s["current"]), None)
         if job:
             text += f" (job {job})"
+        if self.current and self.verification:
+            text += f"; {self.current} {self.verification}"
         if others:
             text += "; ALSO RUNNING, not current: " + ", ".join(s["release"] + _deadline(s) for s in others)
         if self.strangers:
@@ -95,6 +100,10 @@ def status(reach: Reach, profile: str, port: int, hosts: Sequence[HostSpec]) -> 
                 }
             )
         found.running = any(s["current"] for s in found.servers)
+        if found.current:
+            found.verification = verification(
+                t.read(rel.Release(t, root, profile, found.current).path(rel.VERDICT_FILE))
+            )
         if found.running and found.current:
             release = rel.Release(t, root, profile, found.current)
             serving = rel.port(release) or port
@@ -108,6 +117,20 @@ def status(reach: Reach, profile: str, port: int, hosts: Sequence[HostSpec]) -> 
         group.results[h.name] if h.name in group.results else HostStatus(h.name, error=error_text(group.errors[h.name]))
         for h in hosts
     ]
+
+
+def verification(raw: bytes | None) -> str:
+    """How a release stands, from its verdict file (release/release.py VERDICT_FILE)."""
+    try:
+        data = json.loads(raw) if raw else None
+    except ValueError:
+        data = None
+    if not isinstance(data, dict):
+        return "UNVERIFIED"
+    if data.get("tune_candidate"):
+        return "is a tune candidate, never verified"
+    at = f" at {data['at']}" if data.get("at") else ""
+    return ("verified" if data.get("passed") else "FAILED verify") + at
 
 
 WATCHDOG_SLACK_S = 90  # past a deadline: the watchdog's grace (TERM, 30 s, KILL), its one-second polls, clocks

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 
-from specctl.flows.servers import WATCHDOG_SLACK_S, HostStatus
+from specctl.flows.servers import WATCHDOG_SLACK_S, HostStatus, verification
 
 
 def _at(offset_s: float) -> str:
@@ -29,3 +29,14 @@ def test_a_server_past_its_deadline_is_said_to_have_lost_its_watchdog() -> None:
 def test_strangers_are_named_and_left_alone() -> None:
     text = HostStatus("h1", "cur", False, False, [], strangers=["pid 4711 (...) is not the server; left alone"]).summary
     assert text == "not running; pid 4711 (...) is not the server; left alone"
+
+
+def test_the_serving_release_says_how_it_stands() -> None:
+    assert verification(None) == "UNVERIFIED" and verification(b"not json") == "UNVERIFIED"
+    assert verification(b'{"passed": true, "run": "r", "at": "2026-12-03T10:00:00Z"}') == (
+        "verified at 2026-12-03T10:00:00Z"
+    )
+    assert verification(b'{"passed": false, "run": "r"}') == "FAILED verify"
+    assert verification(b'{"passed": false, "tune_candidate": true}') == "is a tune candidate, never verified"
+    text = HostStatus("h1", "r1", True, True, [{"release": "r1", "current": True}], verification="UNVERIFIED").summary
+    assert text == "healthy; r1 UNVERIFIED"
