@@ -71,27 +71,33 @@ def test_one_sigint_unwinds_an_in_process_deploy_then_stops_its_caller(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("HOME", str(tmp_path / "home"))  # the local host's state root is ~/.specctl
-    profile, ledger, root = (
-        stuck_profile(tmp_path, 31861),
-        tmp_path / "ledger.db",
-        tmp_path / "home" / ".specctl" / NAME,
-    )
-    seen: list[int] = []
+    # the caller is a program with Python's own SIGINT handler; a suite started in the background by a
+    # shell inherits SIGINT ignored, and an ignored signal rightly stays ignored (passed_on)
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        profile, ledger, root = (
+            stuck_profile(tmp_path, 31861),
+            tmp_path / "ledger.db",
+            tmp_path / "home" / ".specctl" / NAME,
+        )
+        seen: list[int] = []
 
-    def interrupt_once_it_waits() -> None:
-        group = server_group(root)
-        if group is not None:  # not in time: the deploy returns by itself and the test fails below
-            seen.append(group)
-            os.kill(os.getpid(), signal.SIGINT)  # as a Ctrl-C would: to this process, the main thread's handler
+        def interrupt_once_it_waits() -> None:
+            group = server_group(root)
+            if group is not None:  # not in time: the deploy returns by itself and the test fails below
+                seen.append(group)
+                os.kill(os.getpid(), signal.SIGINT)  # as a Ctrl-C would: to this process, the main thread's handler
 
-    timer = threading.Thread(target=interrupt_once_it_waits, daemon=True)
-    timer.start()
-    with pytest.raises(KeyboardInterrupt):
-        result = run_cli("deploy", str(profile), "--skip-check", "--no-verify", "--ledger", str(ledger))
-        pytest.fail(f"the deploy returned {result.code} instead of passing the SIGINT on: {result.stderr}")
-    timer.join(5)
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # the caller's handlers are back
-    assert_unwound(root, seen[0], ledger)
+        timer = threading.Thread(target=interrupt_once_it_waits, daemon=True)
+        timer.start()
+        with pytest.raises(KeyboardInterrupt):
+            result = run_cli("deploy", str(profile), "--skip-check", "--no-verify", "--ledger", str(ledger))
+            pytest.fail(f"the deploy returned {result.code} instead of passing the SIGINT on: {result.stderr}")
+        timer.join(5)
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # the caller's handlers are back
+        assert_unwound(root, seen[0], ledger)
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def test_the_cli_process_unwinds_and_exits_130_at_sigint(tmp_path: Path) -> None:
