@@ -23,7 +23,7 @@ import paramiko
 
 from specctl.errors import ConnectionLost, HostError
 from specctl.hosts._host_keys import KnownHostsPolicy, fingerprint, which_host
-from specctl.hosts.shell import RemoteShell, ShellGone
+from specctl.hosts.shell import OutputLost, RemoteShell, ShellGone
 from specctl.hosts.ssh_destination import SshDestination, SshOptions
 from specctl.hosts.transport import Completed, OnOutput
 from specctl.hosts.tunnel import Tunnel
@@ -247,6 +247,20 @@ class SshRunner:
                     self._shell_works = False
                     return self._on_channel(transport, command, stdin, timeout_s)
             done = self._shell.run(command, stdin, timeout_s=timeout_s)
+        except OutputLost as exc:
+            self._shell = None
+            alias, where = self.destination.alias, exc.where
+            problem = f"specctl's temporary directory {where} vanished" if exc.vanished else f"no space left on {where}"
+            raise HostError(
+                f"{alias}: {problem}: `{command[:80]}` ran (exit {exc.rc}) but what it printed was lost",
+                host=alias,
+                fix=(
+                    f"something removed {where} or mounted over it on {alias}; the next command starts afresh"
+                    if exc.vanished
+                    else f"free space in {where} on {alias} (df -h {where})"
+                )
+                + "; nothing was concluded from the lost output",
+            ) from None
         except (paramiko.SSHException, OSError, EOFError, ShellGone) as exc:
             self._shell = None
             self._lost(command, None if isinstance(exc, ShellGone) and _dies(transport) else exc)

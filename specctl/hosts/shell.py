@@ -13,6 +13,11 @@ that stdin (the rest of it is drained when the command leaves it unread) and ans
 command out of time is stopped on the host (its process group; rc 124) and what it wrote comes
 back. Output goes through a private temporary directory; stdin, which carries secrets, only ever
 goes through a pipe. Every command is read by `sh`, whatever the user's login shell is.
+
+A temporary directory whose file system filled up loses what the command wrote (its output files
+cannot be written or are cut short): when a byte cannot be written there after the command, the
+answer is "rc 0 0 nospace DIR" ("vanished" when the directory itself is gone), and the command's
+result is `OutputLost`, never an empty output that a caller would read as "nothing there".
 """
 
 from __future__ import annotations
@@ -35,12 +40,26 @@ _LOOP = (
     'while IFS=" " read -r nc ni t; do '
     'c=$(head -c "$nc"; printf x); c=${c%x}; '
     'head -c "$ni" | { timeout -k 5 "$t" sh -c "$c" >"$d/o" 2>"$d/e"; r=$?; cat >/dev/null; exit $r; }; rc=$?; '
-    'printf "%s %s %s\\n" "$rc" $(wc -c <"$d/o") $(wc -c <"$d/e"); cat "$d/o" "$d/e"; done'
+    'if [ -f "$d/o" ] && [ -f "$d/e" ] && { printf x >"$d/p"; } 2>/dev/null; then '
+    'printf "%s %s %s\\n" "$rc" $(wc -c <"$d/o") $(wc -c <"$d/e"); cat "$d/o" "$d/e"; '
+    'elif [ -d "$d" ]; then printf "%s 0 0 nospace %s\\n" "$rc" "${d%/*}"; '
+    'else printf "%s 0 0 vanished %s\\n" "$rc" "$d"; fi; rm -f "$d/o" "$d/e" "$d/p"; done'
 )
 
 
 class ShellGone(Exception):
     """The shell's channel closed: the command may or may not have run."""
+
+
+class OutputLost(Exception):
+    """The command ran (exit status `rc`) but its output was lost: `where` has no space left, or the
+    shell's temporary directory `where` vanished (`vanished`: removed, or a file system mounted over it)."""
+
+    def __init__(self, where: str, rc: int, *, vanished: bool) -> None:
+        super().__init__(where)
+        self.where = where
+        self.rc = rc
+        self.vanished = vanished
 
 
 class RemoteShell:
@@ -74,6 +93,9 @@ class RemoteShell:
         deadline = time.monotonic() + timeout_s + ANSWER_SLACK_S
         header = self._line(deadline)
         fields = header.split() if header is not None else []
+        if len(fields) == 5 and fields[3] in (b"nospace", b"vanished") and fields[0].lstrip(b"-").isdigit():
+            self.close()  # a shell whose directory is gone or full answers no better next time
+            raise OutputLost(fields[4].decode(errors="replace"), int(fields[0]), vanished=fields[3] == b"vanished")
         if header is None or len(fields) != 3 or not all(f.lstrip(b"-").isdigit() for f in fields):
             self.close()
             if header is None:

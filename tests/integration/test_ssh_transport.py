@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import posixpath
 import threading
 import time
 from collections.abc import Iterator
@@ -266,3 +268,26 @@ def test_unread_stdin_and_a_timeout_leave_the_shell_in_step(lab: SshLab, ssh_opt
     time.sleep(0.5)
     running = f'p=$(cat {pidfile}); [ -d /proc/$p ] && ! grep -q "^State:.Z" /proc/$p/status'  # a zombie is stopped
     assert t.run(["sh", "-c", running], check=False).rc != 0  # stopped on the host
+
+
+def test_a_full_tmp_on_the_host_is_no_space_never_an_empty_answer(lab: SshLab, ssh_options: SshOptions) -> None:
+    """The file system under the connection's shell fills up: a command's output cannot be kept, so its
+    result is an error naming the place with no space (the command ran), not an empty output nor a lost
+    link. The lab fills a small tmpfs mounted over the shell's own directory, in h2's mount namespace."""
+    if not lab.use_namespaces or os.geteuid() != 0:
+        pytest.skip("a file system of its own needs root and the host's own mount namespace")
+    t = transport(lab, "h2", ssh_options)
+    own = posixpath.dirname(t.run(["sh", "-c", "readlink /proc/$$/fd/1"]).stdout.strip())  # where its output goes
+    assert own.startswith("/tmp/")
+    admin = transport(lab, "h2", ssh_options)
+    admin.stream(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", own], print, timeout_s=30)
+    try:
+        assert t.run(["echo", "before"]).stdout == "before\n"
+        fill = f"dd if=/dev/zero of={own}/filler bs=4k count=100 2>/dev/null; true"
+        admin.stream(["sh", "-c", fill], print, timeout_s=30)  # on a channel: no shell directory involved
+        with pytest.raises(HostError, match=r"h2: no space left on /tmp: .* ran \(exit \d+\)") as raised:
+            t.run(["echo", "the run ids a stop printed"])
+        assert "free space in /tmp" in (raised.value.fix or "")
+        assert t.run(["echo", "after"]).stdout == "after\n"  # a new shell, in a directory with room
+    finally:
+        admin.stream(["umount", "-l", own], print, timeout_s=30)
