@@ -135,6 +135,7 @@ def _main(args: list[str], stdout: IO[str] | None, stderr: IO[str] | None) -> in
 
     # pydantic scans every installed distribution for plugins at the first model; specctl uses none
     os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
+    _quiet_paramiko()
     output = Output(json_mode="--json" in args, stdout=stdout or sys.stdout, stderr=stderr or sys.stderr)
     try:
         completing = any(key.endswith("_COMPLETE") for key in os.environ)  # shell completion needs every command
@@ -157,6 +158,20 @@ def _main(args: list[str], stdout: IO[str] | None, stderr: IO[str] | None) -> in
             return code
         return report(exc, output)
     return 0
+
+
+def _quiet_paramiko() -> None:
+    """paramiko logs its own failures (a bad banner, a reset connection) at ERROR, with tracebacks, from
+    its threads; with no logging configured Python prints them on stderr, around specctl's own report
+    of the same failure with its fix. A program that configured logging keeps what it chose, and
+    SPECCTL_DEBUG=1 keeps paramiko's lines."""
+    import logging
+
+    paramiko_log = logging.getLogger("paramiko")
+    if os.environ.get("SPECCTL_DEBUG") == "1" or paramiko_log.handlers or logging.getLogger().handlers:
+        return
+    paramiko_log.addHandler(logging.NullHandler())
+    paramiko_log.propagate = False
 
 
 if __name__ == "__main__":
