@@ -95,6 +95,19 @@ def main() -> None:
         except OSError:
             return None
 
+    def pin(repo: str, revision: str | None, commit: str) -> None:
+        """Point the cache's ref for a branch or tag (none given: main) at the commit just staged, as
+        `hf download` does: the engine, started offline, resolves the name through it. A download by
+        commit id writes no ref, and an unpinned profile then could not start without the Hub."""
+        revision = revision or "main"
+        if COMMIT.match(revision):
+            return
+        ref = os.path.join(repo_dir(repo), "refs", revision)
+        os.makedirs(os.path.dirname(ref), exist_ok=True)
+        with open(ref + ".tmp", "w") as handle:
+            handle.write(commit)
+        os.replace(ref + ".tmp", ref)
+
     def missing_in(snapshot: str, files: dict[str, int | None]) -> dict[str, int | None]:
         """The files not in the snapshot at their size."""
         out = {}
@@ -187,6 +200,7 @@ def main() -> None:
     if spec["mode"] == "plan":
         return
 
+    revisions = {item["repo"]: item.get("revision") for item in todo}
     for repo, commit, files, snapshot, need in plans:
         total = sum(size or 0 for size in files.values())
         stop = threading.Event()
@@ -241,6 +255,7 @@ def main() -> None:
         with open(tmp, "w") as handle:
             json.dump({"repo": repo, "commit": commit, "files": files}, handle, sort_keys=True)
         os.replace(tmp, record_path(repo, commit))
+        pin(repo, revisions.get(repo), commit)
         emit(event="staged", repo=repo, commit=commit, snapshot=snapshot, bytes=total, files=len(files), fetched=need)
 
 

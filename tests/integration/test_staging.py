@@ -129,6 +129,31 @@ def test_a_hub_profile_deploys_with_its_overlay_linked_into_the_staged_snapshot(
     cli("stop", profile, "--hosts", "h1", *env["common"])
 
 
+def test_an_unpinned_profile_staged_starts_offline_at_the_commit_it_staged(
+    cli: Any, lab: SshLab, env: dict[str, Any], hub: HubEndpoint, tmp_path: Path
+) -> None:
+    """No revision in the profile: staging resolves `main` to a commit, fetches it by that commit, and
+    points the cache's `refs/main` at it, so the engine, started offline, resolves the name."""
+    cache = tmp_path / "h2-cache"
+    path = Path(hub_profile(env, hub, cache=str(cache)))
+    data = yaml.safe_load(path.read_text())
+    data["target"].pop("revision")
+    data["drafter"].pop("revision")
+    data["target"]["allow_unpinned"] = data["drafter"]["allow_unpinned"] = True
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    result = cli("--json", "deploy", str(path), "--hosts", "h2", "--no-verify", "--skip-check", *env["common"])
+    try:
+        assert result.code == 0, result.stdout + result.stderr
+        for repo in (TARGET, DRAFTER):
+            ref = cache / ("models--" + repo.replace("/", "--")) / "refs" / "main"
+            assert ref.read_text() == COMMITS[repo], repo
+        release = lab.hosts["h2"].root / "tiny-llama-demo" / "releases" / result.json()["hosts"][0]["release"]
+        assert "export HF_HUB_OFFLINE=1" in (release / "launch.sh").read_text()
+        assert cli("--json", "status", str(path), "--hosts", "h2", *env["common"]).json()["hosts"][0]["healthy"]
+    finally:
+        cli("stop", str(path), "--hosts", "h2", *env["common"])
+
+
 def test_refusals_come_before_anything_is_stopped(
     cli: Any, lab: SshLab, env: dict[str, Any], hub: HubEndpoint, tmp_path: Path
 ) -> None:
