@@ -28,7 +28,8 @@ info and tree stay public. No response carries any Xet header or field, so the c
 even with `hf_xet` installed. Anything else (e.g. the client's best-effort `GET /api/agent-harnesses`, sent once
 per process) gets a bare 404, which the client ignores.
 
-Client behaviour worth knowing: etags are fake but stable (hash of name, local path, size and mtime), sha256-shaped
+Client behaviour worth knowing: etags are the content's ids (git blob id, or the LFS sha256) up to 64 MiB, and
+made up but stable above (hash of name, local path, size and mtime) for the sparse stand-ins, sha256-shaped
 for LFS-like files and sha1-shaped otherwise. huggingface_hub 2.4.0 never resumes across calls (each download
 writes a fresh `<etag>.<uuid>.incomplete` and deletes it on failure); it resumes only *inside* one `http_get`,
 after a 1 s sleep, and only from the last whole `DOWNLOAD_CHUNK_SIZE` (10 MiB) chunk it wrote — bytes of a partial
@@ -37,6 +38,7 @@ chunk are fetched again.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import re
@@ -110,11 +112,29 @@ class _Blob:
         return self.sha256 if self.lfs else self.oid
 
 
+HASHED_MAX_SIZE = 64 * 1024 * 1024  # larger files are sparse stand-ins (metadata only): their ids are made up
+
+
+@functools.lru_cache(maxsize=4096)
+def _content_ids(path: str, size: int, mtime_ns: int) -> tuple[str, str]:
+    """(git blob id, sha256) of a file's bytes, as the Hub publishes them; cached by size and mtime."""
+    git, sha = hashlib.sha1(b"blob %d\0" % size), hashlib.sha256()
+    with open(path, "rb") as handle:
+        while chunk := handle.read(1 << 20):
+            git.update(chunk)
+            sha.update(chunk)
+    return git.hexdigest(), sha.hexdigest()
+
+
 def _blob(name: str, path: Path) -> _Blob:
-    """Stable fake ids: hashing content would read whole (possibly huge, sparse) files."""
+    """The Hub's ids of a file: real content hashes (what staging checks), except for the huge sparse
+    stand-ins of the example checkpoints, whose stable made-up ids no test downloads."""
     st = path.stat()
-    seed = f"{name}\0{path.resolve()}\0{st.st_size}\0{st.st_mtime_ns}".encode()
     lfs = path.suffix in LFS_SUFFIXES or st.st_size >= LFS_MIN_SIZE
+    if st.st_size <= HASHED_MAX_SIZE:
+        oid, sha256 = _content_ids(str(path.resolve()), st.st_size, st.st_mtime_ns)
+        return _Blob(st.st_size, oid, sha256, lfs)
+    seed = f"{name}\0{path.resolve()}\0{st.st_size}\0{st.st_mtime_ns}".encode()
     return _Blob(st.st_size, hashlib.sha1(seed).hexdigest(), hashlib.sha256(seed).hexdigest(), lfs)
 
 

@@ -12,9 +12,12 @@ plan:  check, then what each missing checkpoint would fetch (the Hub's file size
 fetch: plan, refuse when the disk is short, then download (huggingface_hub resumes a file that an
        earlier attempt left incomplete), printing progress every second.
 
-A checkpoint is staged when every file it needs is in its snapshot at the size the Hub gave; a
-record of that list is kept under specctl's state directory, not in the cache, whose layout
-belongs to huggingface_hub.
+A checkpoint is staged when every file it needs is in its snapshot at the size the Hub gave and
+with the content the Hub publishes (the LFS sha256 of a weight file, the git blob id of a small
+one), hashed here, on the host; a record of that list and those ids is kept under specctl's state
+directory, not in the cache, whose layout belongs to huggingface_hub. Hashes are cached by (path,
+size, mtime), so a re-deploy reads no weights; a file whose content differs (a shard corrupted in
+place) is fetched again, and one that differs after that is refused.
 """
 
 from __future__ import annotations
@@ -108,6 +111,48 @@ def main() -> None:
             handle.write(commit)
         os.replace(ref + ".tmp", ref)
 
+    hashes_path = os.path.join(records, "hashes.json")
+    try:
+        with open(hashes_path) as handle:
+            hashes: dict[str, list[Any]] = json.load(handle)
+    except (OSError, ValueError):
+        hashes = {}
+
+    def content_id(path: str, kind: str) -> str:
+        """The file's id of `kind` ("sha256", or "git": the blob id), from the cache while its size and
+        mtime are the ones hashed."""
+        real = os.path.realpath(path)
+        st = os.stat(real)
+        hit = hashes.get(real)
+        if hit and hit[0] == st.st_size and hit[1] == st.st_mtime_ns and kind in hit[2]:
+            return str(hit[2][kind])
+        digest = hashlib.sha256() if kind == "sha256" else hashlib.sha1(b"blob %d\0" % st.st_size)
+        with open(real, "rb") as handle:
+            while chunk := handle.read(1 << 20):
+                digest.update(chunk)
+        known = hit[2] if hit and hit[0] == st.st_size and hit[1] == st.st_mtime_ns else {}
+        hashes[real] = [st.st_size, st.st_mtime_ns, {**known, kind: digest.hexdigest()}]
+        return digest.hexdigest()
+
+    def save_hashes() -> None:
+        os.makedirs(records, exist_ok=True)
+        with open(hashes_path + ".tmp", "w") as handle:
+            json.dump(hashes, handle, sort_keys=True)
+        os.replace(hashes_path + ".tmp", hashes_path)
+
+    def differing(snapshot: str, ids: dict[str, str]) -> list[str]:
+        """The files whose content is not the id the Hub published ("kind:hex")."""
+        out = []
+        for name, expected in ids.items():
+            kind, _, want = expected.partition(":")
+            try:
+                if content_id(os.path.join(snapshot, name), kind) == want:
+                    continue
+            except OSError:
+                pass
+            out.append(name)
+        return out
+
     def missing_in(snapshot: str, files: dict[str, int | None]) -> dict[str, int | None]:
         """The files not in the snapshot at their size."""
         out = {}
@@ -126,11 +171,13 @@ def main() -> None:
             return None
         try:
             with open(record_path(repo, commit)) as handle:
-                files: dict[str, int] = json.load(handle)["files"]
+                record = json.load(handle)
+            files: dict[str, int] = record["files"]
+            ids: dict[str, str] = record.get("ids", {})
         except (OSError, ValueError, KeyError):
             return None
         snapshot = os.path.join(repo_dir(repo), "snapshots", commit)
-        if missing_in(snapshot, dict(files)):
+        if missing_in(snapshot, dict(files)) or differing(snapshot, ids):  # a record without ids: by size
             return None
         return {"repo": repo, "commit": commit, "snapshot": snapshot, "bytes": sum(files.values()), "files": len(files)}
 
@@ -141,6 +188,10 @@ def main() -> None:
             emit(event="staged", fetched=0, **done)
         else:
             todo.append(item)
+    try:
+        save_hashes()  # what was hashed to tell, for the next look
+    except OSError:
+        pass
     if not todo or spec["mode"] == "check":
         for item in todo:
             emit(event="missing", repo=item["repo"], revision=item.get("revision"))
@@ -150,6 +201,7 @@ def main() -> None:
 
     api = HfApi()
     plans: list[tuple[str, str, dict[str, int | None], str, int]] = []
+    published: dict[str, dict[str, str]] = {}  # repo -> file -> "sha256:<hex>" (LFS) or "git:<blob id>"
     for item in todo:
         repo, revision = item["repo"], item.get("revision")
         try:
@@ -169,6 +221,11 @@ def main() -> None:
             if any(fnmatch.fnmatch(s.rfilename, p) for p in spec["patterns"])
         }
         commit = str(info.sha)
+        published[repo] = {
+            s.rfilename: f"sha256:{s.lfs.sha256}" if s.lfs else f"git:{s.blob_id}"
+            for s in info.siblings or ()
+            if s.rfilename in files and (s.lfs or s.blob_id)
+        }
         snapshot = os.path.join(repo_dir(repo), "snapshots", commit)
         missing = missing_in(snapshot, files)
         need = sum(size or 0 for size in missing.values())
@@ -250,13 +307,51 @@ def main() -> None:
                 f"{repo}: {len(left)} file(s) are not in the snapshot after the download, e.g. {sorted(left)[0]}",
                 repo=repo,
             )
+        ids = published.get(repo, {})
+        refetched = differing(snapshot, ids)
+        if refetched:  # in the cache at the right size, but not the bytes the Hub publishes: once more
+            for name in refetched:
+                link = os.path.join(snapshot, name)
+                for path in {os.path.realpath(link), link}:
+                    try:
+                        os.remove(path)
+                    except OSError:
+                        pass
+            emit(event="refetch", repo=repo, files=refetched)
+            try:
+                snapshot_download(repo, revision=commit, allow_patterns=refetched, max_workers=4)
+            except Exception as exc:  # noqa: BLE001 - reported by kind
+                fail(
+                    kind_of(exc),
+                    f"{repo}: fetching {refetched[0]} again failed: {type(exc).__name__}: {exc}",
+                    repo=repo,
+                )
+            still = differing(snapshot, {name: ids[name] for name in refetched})
+            if still:
+                save_hashes()
+                fail(
+                    "corrupt",
+                    f"{repo}: {still[0]} does not have the content the Hub publishes ({ids[still[0]]}), "
+                    "even fetched again",
+                    repo=repo,
+                )
+        save_hashes()
         os.makedirs(records, exist_ok=True)
         tmp = record_path(repo, commit) + ".tmp"
         with open(tmp, "w") as handle:
-            json.dump({"repo": repo, "commit": commit, "files": files}, handle, sort_keys=True)
+            json.dump({"repo": repo, "commit": commit, "files": files, "ids": ids}, handle, sort_keys=True)
         os.replace(tmp, record_path(repo, commit))
         pin(repo, revisions.get(repo), commit)
-        emit(event="staged", repo=repo, commit=commit, snapshot=snapshot, bytes=total, files=len(files), fetched=need)
+        emit(
+            event="staged",
+            repo=repo,
+            commit=commit,
+            snapshot=snapshot,
+            bytes=total,
+            files=len(files),
+            fetched=need,
+            refetched=refetched,
+        )
 
 
 if __name__ == "__main__":

@@ -277,6 +277,10 @@ _FIXES = {
     ),
     "disk": "free space on the cache's file system, or point HF_HOME / HF_HUB_CACHE (engine.env) at a larger one",
     "incomplete": "run `specctl stage` again: the download resumes",
+    "corrupt": (
+        "the file the Hub served does not match the checksum the Hub publishes: check a mirror or proxy "
+        "between the host and the Hub (HF_ENDPOINT), then stage again; nothing running was stopped"
+    ),
 }
 
 

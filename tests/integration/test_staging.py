@@ -129,6 +129,32 @@ def test_a_hub_profile_deploys_with_its_overlay_linked_into_the_staged_snapshot(
     cli("stop", profile, "--hosts", "h1", *env["common"])
 
 
+def test_a_shard_corrupted_in_place_is_fetched_again(
+    cli: Any, lab: SshLab, env: dict[str, Any], hub: HubEndpoint, tmp_path: Path
+) -> None:
+    """Same size, other bytes: the content is checked against the checksum the Hub publishes (hashed on
+    the host, cached by size and mtime), so the next stage fetches that file again."""
+    cache = str(tmp_path / "h0-cache")
+    profile = hub_profile(env, hub, cache=cache)
+    assert cli("--json", "stage", profile, "--hosts", "h0", *env["common"]).code == 0
+    shard = Path(cache) / "models--specctl-test--tiny-llama" / "snapshots" / COMMITS[TARGET] / "model.safetensors"
+    original = (MODELS / "tiny-llama" / "model.safetensors").read_bytes()
+    blob = shard.resolve()
+    with open(blob, "r+b") as handle:  # flip bytes in the middle of the weights, in place
+        handle.seek(len(original) // 2)
+        handle.write(bytes(b ^ 0xFF for b in original[len(original) // 2 : len(original) // 2 + 64]))
+    assert shard.stat().st_size == len(original) and shard.read_bytes() != original
+    hub.clear()
+    again = cli("--json", "stage", profile, "--hosts", "h0", *env["common"])
+    assert again.code == 0, again.stdout + again.stderr
+    assert shard.read_bytes() == original
+    whole = [s.path for s in hub.file_gets() if s.range is None]  # (ranges: the check reading shard headers)
+    assert whole == [f"/{TARGET}/resolve/{COMMITS[TARGET]}/model.safetensors"]
+    hub.clear()
+    third = cli("--json", "stage", profile, "--hosts", "h0", *env["common"])  # whole again: nothing asked of the Hub
+    assert third.code == 0 and not [s for s in hub.log if s.path.startswith("/api/")]
+
+
 def test_an_unpinned_profile_staged_starts_offline_at_the_commit_it_staged(
     cli: Any, lab: SshLab, env: dict[str, Any], hub: HubEndpoint, tmp_path: Path
 ) -> None:
