@@ -12,6 +12,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import signal
 import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -46,6 +47,15 @@ def _relative(path: Path) -> str:
         return path.resolve().relative_to(ROOT).as_posix()
     except ValueError:
         return path.as_posix()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """A suite started in the background by a shell inherits SIGINT ignored, and so would every run and
+    command its tests start and then stop with SIGINT, as a person's Ctrl-C would (tests/cli/test_signals.py,
+    tests/integration/test_hygiene.py): the suite takes Python's own handler back, and its children the
+    default."""
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:

@@ -12,6 +12,7 @@ import getpass
 import json
 import os
 import socket
+import threading
 import time
 from typing import Any
 
@@ -44,6 +45,13 @@ _TAKE_OVER = (
 )
 
 
+# The locks this process holds, (host, profile directory) -> run id. A lock that names this process
+# with a run it no longer holds (a command run inside a program, which lost the host before it could
+# release the lock) is provably stale: the run is over though the process lives on.
+_holding: dict[tuple[str, str], str] = {}
+_holding_guard = threading.Lock()
+
+
 def owner(run_id: str, command: str) -> dict[str, Any]:
     return {
         "user": getpass.getuser(),
@@ -63,6 +71,13 @@ def acquire(transport: Transport, base: str, who: dict[str, Any], *, own_root: b
 
     With `own_root` (a host's root; a Slurm cluster's is shared by its login and compute nodes by
     design), the state root must be this machine's: one written by another machine is refused."""
+    stale = _acquire(transport, base, who, own_root=own_root)
+    with _holding_guard:
+        _holding[(transport.name, base)] = str(who.get("run_id"))
+    return stale
+
+
+def _acquire(transport: Transport, base: str, who: dict[str, Any], *, own_root: bool) -> dict[str, Any] | None:
     mine = json.dumps(who, sort_keys=True)
     root = base.rsplit("/", 1)[0]
     done = None
@@ -121,7 +136,10 @@ def _parsed(raw: bytes | None) -> dict[str, Any] | None:
 
 
 def release(transport: Transport, base: str, *, last_write: tuple[str, bytes] | None = None) -> None:
-    """Remove the lock; with `last_write` (path, bytes), write that file first in the same round trip."""
+    """Remove the lock; with `last_write` (path, bytes), write that file first in the same round trip.
+    Whether or not the host answers, this process no longer holds it (its run is over)."""
+    with _holding_guard:
+        _holding.pop((transport.name, base), None)
     if last_write is None:
         transport.run(["rm", "-f", f"{base}/lock"], check=False, retry=True)
     else:
@@ -134,6 +152,9 @@ def holder_alive(held: dict[str, Any]) -> bool | None:
     pid, started = held.get("pid"), held.get("started")
     if held.get("machine") != socket.gethostname() or not isinstance(pid, int):
         return None
+    if pid == os.getpid() and started in (None, start_time(pid)):  # this very process: is the run still on?
+        with _holding_guard:
+            return held.get("run_id") in _holding.values()
     return process_alive(pid, started if isinstance(started, str) else None)
 
 
@@ -142,9 +163,8 @@ def describe(held: dict[str, Any] | None) -> str:
         return "nobody (the lock vanished)"
     if "unreadable" in held:
         return f"an unreadable lock file ({held['unreadable']!r})"
-    state = {True: "its process is running", False: "its process is gone", None: "on another machine"}[
-        holder_alive(held)
-    ]
+    gone = "its run is over" if held.get("pid") == os.getpid() else "its process is gone"
+    state = {True: "its process is running", False: gone, None: "on another machine"}[holder_alive(held)]
     return (
         f"{held.get('user')}@{held.get('machine')} pid {held.get('pid')} since {held.get('since')} "
         f"(run {held.get('run_id')}: {held.get('command')}; {state})"
