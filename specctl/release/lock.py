@@ -3,7 +3,9 @@
 Every verb that changes a host (deploy, rollback, baseline, verify, stop) holds it for its whole
 length; `unlock` removes it only when its holder is gone, or when told to with `--force`. A lock
 whose holder is provably gone (a process of this machine that no longer runs: its pid is absent, or
-belongs to a process started later) is taken over by the next verb, which says so.
+belongs to a process started later; or a run of this very process that is over) is taken over by the
+next verb, which says so. Taking the lock is also where a host's state root is proven to be that
+machine's own (`host-identity`): the first write of every verb that changes a host.
 """
 
 from __future__ import annotations
