@@ -154,10 +154,19 @@ def holder_alive(held: dict[str, Any]) -> bool | None:
     pid, started = held.get("pid"), held.get("started")
     if held.get("machine") != socket.gethostname() or not isinstance(pid, int):
         return None
-    if pid == os.getpid() and started in (None, start_time(pid)):  # this very process: is the run still on?
+    if _this_process(held):  # is the run still on?
         with _holding_guard:
             return held.get("run_id") in _holding.values()
     return process_alive(pid, started if isinstance(started, str) else None)
+
+
+def _this_process(held: dict[str, Any]) -> bool:
+    """Whether the lock names this very process (its pid, and its start time when recorded)."""
+    return (
+        held.get("machine") == socket.gethostname()
+        and held.get("pid") == os.getpid()
+        and held.get("started") in (None, start_time(os.getpid()))
+    )
 
 
 def describe(held: dict[str, Any] | None) -> str:
@@ -165,7 +174,7 @@ def describe(held: dict[str, Any] | None) -> str:
         return "nobody (the lock vanished)"
     if "unreadable" in held:
         return f"an unreadable lock file ({held['unreadable']!r})"
-    gone = "its run is over" if held.get("pid") == os.getpid() else "its process is gone"
+    gone = "its run is over" if _this_process(held) else "its process is gone"
     state = {True: "its process is running", False: gone, None: "on another machine"}[holder_alive(held)]
     return (
         f"{held.get('user')}@{held.get('machine')} pid {held.get('pid')} since {held.get('since')} "
