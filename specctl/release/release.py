@@ -337,9 +337,10 @@ find_servers() {
 # $1 = the profile's directory, $2 = the host's name.
 _LOOK = _FIND + 'readlink "$1/current" 2>/dev/null || echo; find_servers "$1" "$2" | sort -u'
 # Stop this host's servers by process group, waiting on the host (no round trip per poll): TERM, up to
-# $1 tenths of seconds of grace, then KILL, then until the group is gone (5 s at most). $2 = the
-# profile's directory, $3 = the host's name, $4 = one run id (else every server). Prints the run ids
-# that were running, and "left run-id group" for a group still alive after all that.
+# $1 tenths of seconds of grace, then KILL, then until the group is gone (30 s at most: a process may
+# finish a call in the kernel first). $2 = the profile's directory, $3 = the host's name, $4 = one run
+# id (else every server). Prints the run ids that were running, and "left run-id group" for a group
+# still alive after all that.
 _STOP = (
     _FIND
     + r"""
@@ -352,7 +353,7 @@ stop_round() {
     i=0; while alive_group "$g" && [ $i -lt "$limit" ]; do sleep 0.1; i=$((i+1)); done
     if alive_group "$g"; then
       kill -KILL "-$g" 2>/dev/null
-      i=0; while alive_group "$g" && [ $i -lt 50 ]; do sleep 0.1; i=$((i+1)); done
+      i=0; while alive_group "$g" && [ $i -lt 300 ]; do sleep 0.1; i=$((i+1)); done
     fi
     echo "$id"
     alive_group "$g" && echo "left $id $g"

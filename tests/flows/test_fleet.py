@@ -88,7 +88,7 @@ def test_one_host_failing_rolls_the_others_back_unless_max_failures_allows_it(
     allowed = cli("--json", "deploy", *BUDGET, v2, "--skip-check", "--no-verify", "--max-failures", "1", *common)
     assert allowed.code == 3, allowed.stdout + allowed.stderr
     after = rows(allowed)
-    assert not after["h1"]["ok"] and after["h0"]["ok"] and after["h2"]["ok"]
+    assert not after["h1"]["ok"] and after["h0"]["ok"] and after["h2"]["ok"], allowed.stdout
     assert link(fake_hosts, "h1") == good["h1"]
     assert link(fake_hosts, "h0") == after["h0"]["release"] != good["h0"]
     assert link(fake_hosts, "h2") == after["h2"]["release"] != good["h2"]
