@@ -79,6 +79,7 @@ class SshHost:
     tmpfs: dict[str, str] = field(default_factory=dict)
     # in a namespace: files this host sees in place of this machine's, target path -> the file shown there
     binds: dict[str, str] = field(default_factory=dict)
+    hostname: str | None = None  # a UTS namespace with this hostname (None: this machine's)
 
     def alive(self) -> bool:
         return self.process is not None and self.process.poll() is None
@@ -119,6 +120,9 @@ class SshLab:
     # the second octet of the hosts' 10.x.y.0/24 subnets (None: one this machine does not use yet);
     # a second lab in one run needs its own (and its own tag)
     octet: int | None = None
+    # each host a machine of its own: its own /etc/machine-id and hostname (what a state root's
+    # identity is read from); off, every host is this machine, as the labs' other tests expect
+    own_machines: bool = False
 
     def start(self, count: int) -> None:
         atexit.register(self.stop)  # the last resort, should a teardown be cut short
@@ -179,7 +183,10 @@ class SshLab:
             _run("ip", "netns", "add", ns)
             wire_namespace(ns, outside, inside, subnet)
             (hostdir / "bashrc").write_text("# this host's own login-shell start-up file\n")
-            (hostdir / "machine-id").write_text(secrets.token_hex(16) + "\n")  # a machine of its own, by name too
+            binds = {}
+            if self.own_machines:
+                (hostdir / "machine-id").write_text(secrets.token_hex(16) + "\n")
+                binds["/etc/machine-id"] = str(hostdir / "machine-id")
             host = SshHost(
                 name,
                 f"{subnet}.2",
@@ -188,7 +195,8 @@ class SshLab:
                 ns,
                 bashrc=hostdir / "bashrc",
                 tmpfs=dict(tmpfs or {}),
-                binds={"/etc/machine-id": str(hostdir / "machine-id")},
+                binds=binds,
+                hostname=name if self.own_machines else None,
             )
         else:
             host = SshHost(name, "127.0.0.1", _free_port(), hostdir / "root", None)
@@ -233,21 +241,11 @@ class SshLab:
                 mounts
                 + 'if [ -e "$HOME/.bashrc" ]; then mount --bind "$1" "$HOME/.bashrc" || exit 1; fi; shift; exec "$@"'
             )
-            own = f"hostname {shlex.quote(host.name)} || exit 1; " + own  # in a UTS namespace of its own
-            argv = [
-                "ip",
-                "netns",
-                "exec",
-                host.namespace,
-                "unshare",
-                "--uts",
-                "sh",
-                "-c",
-                own,
-                "sh",
-                str(host.bashrc),
-                *argv,
-            ]
+            prefix = ["ip", "netns", "exec", host.namespace]
+            if host.hostname:  # in a UTS namespace of its own
+                own = f"hostname {shlex.quote(host.hostname)} || exit 1; " + own
+                prefix += ["unshare", "--uts"]
+            argv = [*prefix, "sh", "-c", own, "sh", str(host.bashrc), *argv]
         host.process = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.monotonic() + 10
         while True:

@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +19,7 @@ import yaml
 
 from specctl.flows.demo import write_inputs
 from specctl.hosts._ssh_runner import SshRunner
-from tests.integration.sshd import SshLab
+from tests.integration.sshd import SshLab, namespaces_work
 
 PORT = 31500
 
@@ -165,11 +166,25 @@ def test_a_process_behind_a_recycled_pid_survives_stop_and_status_names_it(
         stranger.wait()
 
 
+@pytest.fixture(scope="module")
+def machines(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SshLab]:
+    """Two sshd hosts that are machines of their own (machine-id and hostname), in a lab of their own."""
+    if not namespaces_work():
+        pytest.skip("machines of their own need root and network namespaces")
+    lab = SshLab(tmp_path_factory.mktemp("machines"), True, tag=f"{os.getpid() % 10000}m", own_machines=True)
+    try:
+        lab.start(2)
+        yield lab
+    finally:
+        lab.stop()
+
+
 def test_two_hosts_on_one_shared_home_are_refused_a_common_state_root(
-    cli: Any, lab: SshLab, fleet: dict[str, Any], tmp_path: Path
+    cli: Any, machines: SshLab, fleet: dict[str, Any], tmp_path: Path
 ) -> None:
     """h0 and h1 (each a machine of its own: machine-id and hostname) mount one home: the second host
     to use the shared root is refused before it writes anything, with the fix."""
+    lab = machines
     shared = tmp_path / "nfs-home" / ".specctl"
     inventory = tmp_path / "hosts-shared.yaml"
     inventory.write_text(
