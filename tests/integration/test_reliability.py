@@ -127,6 +127,7 @@ def test_connection_lost_during_readiness_and_back(cli: Any, lab: SshLab, env: d
         lambda: cli("--json", "deploy", variant(env, 2, python=env["slow"]), "--no-verify", *common)
     )
     wait_for(new_release_started(lab, "h0", before), 30, "the new server to start")
+    time.sleep(1)  # the start command returns just after the pid file is written (a broken start is another test)
     lab.kill_sshd(lab.hosts["h0"])  # while the deploy polls readiness
     time.sleep(2)
     lab.start_sshd(lab.hosts["h0"])
