@@ -100,12 +100,10 @@ def status(reach: Reach, profile: str, port: int, hosts: Sequence[HostSpec]) -> 
                 }
             )
         found.running = any(s["current"] for s in found.servers)
-        if found.current:
-            found.verification = verification(
-                t.read(rel.Release(t, root, profile, found.current).path(rel.VERDICT_FILE))
-            )
-        if found.running and found.current:
-            release = rel.Release(t, root, profile, found.current)
+        release = rel.Release(t, root, profile, found.current) if found.current else None
+        if release is not None:
+            found.verification = verification(t.read(release.path(rel.VERDICT_FILE)))
+        if found.running and release is not None:
             serving = rel.port(release) or port
             found.healthy = EngineClient(server_url(platform, release, serving), timeout_s=10).healthy(timeout_s=10)
         held = lock.read(t, base)

@@ -73,6 +73,14 @@ MESSAGES = {
 }
 
 
+def write_whole(path: str, text: str) -> None:
+    """Write a file through a temporary sibling and a rename: a reader sees the old text or the new."""
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path + ".tmp", "w") as handle:
+        handle.write(text)
+    os.replace(path + ".tmp", path)
+
+
 def main() -> None:
     spec = json.loads(sys.argv[1])
     try:
@@ -105,11 +113,7 @@ def main() -> None:
         revision = revision or "main"
         if COMMIT.match(revision):
             return
-        ref = os.path.join(repo_dir(repo), "refs", revision)
-        os.makedirs(os.path.dirname(ref), exist_ok=True)
-        with open(ref + ".tmp", "w") as handle:
-            handle.write(commit)
-        os.replace(ref + ".tmp", ref)
+        write_whole(os.path.join(repo_dir(repo), "refs", revision), commit)
 
     hashes_path = os.path.join(records, "hashes.json")
     try:
@@ -124,21 +128,18 @@ def main() -> None:
         real = os.path.realpath(path)
         st = os.stat(real)
         hit = hashes.get(real)
-        if hit and hit[0] == st.st_size and hit[1] == st.st_mtime_ns and kind in hit[2]:
-            return str(hit[2][kind])
-        digest = hashlib.sha256() if kind == "sha256" else hashlib.sha1(b"blob %d\0" % st.st_size)
-        with open(real, "rb") as handle:
-            while chunk := handle.read(1 << 20):
-                digest.update(chunk)
-        known = hit[2] if hit and hit[0] == st.st_size and hit[1] == st.st_mtime_ns else {}
-        hashes[real] = [st.st_size, st.st_mtime_ns, {**known, kind: digest.hexdigest()}]
-        return digest.hexdigest()
+        known: dict[str, str] = hit[2] if hit and hit[:2] == [st.st_size, st.st_mtime_ns] else {}
+        if kind not in known:
+            digest = hashlib.sha256() if kind == "sha256" else hashlib.sha1(b"blob %d\0" % st.st_size)
+            with open(real, "rb") as handle:
+                while chunk := handle.read(1 << 20):
+                    digest.update(chunk)
+            known = {**known, kind: digest.hexdigest()}
+            hashes[real] = [st.st_size, st.st_mtime_ns, known]
+        return known[kind]
 
     def save_hashes() -> None:
-        os.makedirs(records, exist_ok=True)
-        with open(hashes_path + ".tmp", "w") as handle:
-            json.dump(hashes, handle, sort_keys=True)
-        os.replace(hashes_path + ".tmp", hashes_path)
+        write_whole(hashes_path, json.dumps(hashes, sort_keys=True))
 
     def differing(snapshot: str, ids: dict[str, str]) -> list[str]:
         """The files whose content is not the id the Hub published ("kind:hex")."""
@@ -336,11 +337,10 @@ def main() -> None:
                     repo=repo,
                 )
         save_hashes()
-        os.makedirs(records, exist_ok=True)
-        tmp = record_path(repo, commit) + ".tmp"
-        with open(tmp, "w") as handle:
-            json.dump({"repo": repo, "commit": commit, "files": files, "ids": ids}, handle, sort_keys=True)
-        os.replace(tmp, record_path(repo, commit))
+        write_whole(
+            record_path(repo, commit),
+            json.dumps({"repo": repo, "commit": commit, "files": files, "ids": ids}, sort_keys=True),
+        )
         pin(repo, revisions.get(repo), commit)
         emit(
             event="staged",
