@@ -19,3 +19,4 @@ STARTUP_BUDGET_S = 40 * 60
 K8S_MODEL_MOUNT = "/specctl/models"  # where `render --target k8s` mounts the model volume (the HF cache is under it)
 K8S_PYTHON = "python3"  # the interpreter of the engines' published images, in place of a host's engine.python
 STAGE_PARALLEL = 4  # hosts downloading checkpoints at once (the Hub, a mirror or a shared uplink is the limit)
+TIME_LIMIT_WARN_S = 60 * 60  # `status` flags a Slurm job whose time limit ends serving within this

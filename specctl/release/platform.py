@@ -97,6 +97,11 @@ class Platform(Protocol):
 
     def observe(self, release: rel.Release, handle: int) -> Observation: ...
 
+    def ended(self, release: rel.Release) -> str | None:
+        """Why the release's server, no longer running, ended, when the platform knows (a job's final
+        state and reason); None when it does not say."""
+        ...
+
     def address(self, release: rel.Release) -> str:
         """Where the release's server answers HTTP."""
         ...
@@ -161,6 +166,9 @@ class ProcessPlatform:
     def observe(self, release: rel.Release, handle: int) -> Observation:
         alive, lines = rel.observe(release, handle)
         return Observation(alive, lines, self.transport.address)
+
+    def ended(self, release: rel.Release) -> str | None:
+        return None  # a process group leaves no final state; its log says why
 
     def address(self, release: rel.Release) -> str:
         return self.transport.address

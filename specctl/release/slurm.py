@@ -13,10 +13,11 @@ by the cluster's administrators. Use a site secret store where that is not accep
 from __future__ import annotations
 
 import dataclasses
+import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from specctl.constants import HEAD_ADDRESS
+from specctl.constants import HEAD_ADDRESS, TIME_LIMIT_WARN_S
 from specctl.errors import HostError
 from specctl.facts import host as host_facts
 from specctl.hosts.transport import Completed, Transport
@@ -136,7 +137,23 @@ echo "still running after scancel: $*" >&2; exit 1
 _SUBMIT = (
     _CLEAN
     + r"""
-cd "$1" && shift && rm -f head-address allocation-facts.txt && exec sbatch --parsable "$@"
+cd "$1" && shift && rm -f head-address allocation-facts.txt job-id || exit 1
+out=$(sbatch --parsable "$@") || exit $?
+printf '%s\n' "$out"
+printf '%s\n' "${out%%;*}" >job-id.tmp && mv -f job-id.tmp job-id
+"""
+)
+# What the controller still says of a job that squeue no longer lists: "scontrol|<one-line record>"
+# while it holds the job (MinJobAge, 5 minutes by default), else "sacct|State|ExitCode|End"
+# where the cluster keeps accounting, else "gone". $1 = job id.
+_ENDED = (
+    _CLEAN
+    + r"""
+line=$(scontrol show job "$1" -o 2>/dev/null | head -n 1)
+case $line in *"JobState="*) echo "scontrol|$line"; exit 0;; esac
+row=$(sacct -X -n -P -j "$1" -o State,ExitCode,End 2>/dev/null | head -n 1)
+case $row in ?*"|"*) echo "sacct|$row"; exit 0;; esac
+echo gone
 """
 )
 # Pending reasons that no wait clears: the job can never start as submitted.
@@ -168,6 +185,19 @@ NEVER_STARTS = frozenset(
 # node's view of shared storage, which an NFS client may cache for up to a minute
 SHARED_STORAGE_SLACK_S = 120
 POLL_S = 2.0  # between squeue polls while a job starts: a controller serves many clients
+JOB_ID_FILE = "job-id"  # in the release directory: the id of the job last submitted for it
+# a job's final state, as an operator reads it
+_ENDINGS = {
+    "TIMEOUT": "its time limit was reached",
+    "CANCELLED": "cancelled",
+    "NODE_FAIL": "a node failed",
+    "OUT_OF_MEMORY": "out of memory",
+    "FAILED": "the server exited with an error",
+    "COMPLETED": "the server exited",
+    "PREEMPTED": "preempted by another job",
+    "BOOT_FAIL": "its nodes failed to boot",
+    "DEADLINE": "its deadline passed",
+}
 
 
 class SlurmPlatform:
@@ -220,7 +250,21 @@ class SlurmPlatform:
             _prefix(base),
             f"{base}/releases/",
         )
-        return rel.read_survey(Completed(0, b"\n" + done.out, "")).servers
+        found = rel.read_survey(Completed(0, b"\n" + done.out, "")).servers
+        return [dataclasses.replace(s, note=with_time_limit(s.note, time.time())) for s in found]
+
+    def ended(self, release: rel.Release) -> str | None:
+        """Why the release's job no longer runs: its final state and reason, while the controller holds
+        the job (or the cluster's accounting has it); None when the release never had a job."""
+        job = ""
+        for name in (JOB_ID_FILE, HEAD_FILE):  # written at submission; by the job itself (older releases)
+            raw = self.transport.read(release.path(name))
+            job = raw.decode(errors="replace").split()[0] if raw and raw.split() else ""
+            if job.isdigit():
+                break
+        if not job.isdigit():
+            return None
+        return explain_end(int(job), self._run(_ENDED, job).stdout)
 
     def look(self, base: str) -> rel.Survey:
         root, _, profile = base.rpartition("/")
@@ -290,6 +334,62 @@ class SlurmPlatform:
     def facts(self, release: rel.Release) -> Completed | None:
         raw = self.transport.read(release.path(FACTS_FILE))
         return Completed(0, raw, "") if raw is not None else None
+
+
+def explain_end(job: int, answer: str) -> str:
+    """A job's end in words, from what `_ENDED` printed: the controller's record, accounting's row, or neither."""
+    source, _, rest = answer.strip().partition("|")
+    if source == "scontrol":
+        record = _pairs(rest)
+        state, reason = record.get("JobState", "?"), record.get("Reason", "None")
+        code, end = record.get("ExitCode", ""), record.get("EndTime", "")
+    elif source == "sacct":
+        state, code, end = (rest.split("|") + ["", ""])[:3]
+        reason = "None"
+    else:
+        return f"job {job} ended; the controller no longer reports why"
+    word = state.split()[0] if state else "?"  # sacct writes "CANCELLED by 1000"
+    why = [_ENDINGS.get(word, "")] + ([f"reason {reason}"] if reason not in ("", "None") else [])
+    why += [f"exit code {code}"] if code and code != "0:0" else []
+    when = f" at {end}" if end and end not in ("Unknown", "None") else ""
+    return f"job {job} ended{when}: {state}" + (f" ({'; '.join(w for w in why if w)})" if any(why) else "")
+
+
+def with_time_limit(note: str | None, now: float) -> str | None:
+    """A running job's squeue note ("RUNNING, 1:02:03 left") with when serving stops, flagged once that is
+    within TIME_LIMIT_WARN_S."""
+    state, _, left = (note or "").partition(", ")
+    seconds = _seconds(left.removesuffix(" left"))
+    if state != "RUNNING" or seconds is None:
+        return note
+    at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now + seconds))
+    if seconds <= TIME_LIMIT_WARN_S:
+        return f"{note}; TIME LIMIT NEAR: serving stops at {at} (time limit)"
+    return f"{note}; serving stops at {at} (time limit)"
+
+
+def _seconds(left: str) -> int | None:
+    """Slurm's time left ("[days-][hours:]minutes:seconds") in seconds; None when unlimited or unknown."""
+    days, _, clock = left.rpartition("-") if "-" in left else ("0", "", left)
+    parts = clock.split(":")
+    if not days.isdigit() or not 2 <= len(parts) <= 3 or not all(p.isdigit() for p in parts):
+        return None
+    h, m, sec = ([0] * (3 - len(parts)) + [int(p) for p in parts])[:3]
+    return int(days) * 86400 + h * 3600 + m * 60 + sec
+
+
+def _pairs(record: str) -> dict[str, str]:
+    """`scontrol show -o` Key=Value pairs (a value may hold spaces, e.g. Reason)."""
+    pairs: dict[str, str] = {}
+    key = None
+    for token in record.split(" "):
+        k, eq, v = token.partition("=")
+        if eq and k and (k[0].isalpha()) and all(c.isalnum() or c in "_/:" for c in k):
+            key = k
+            pairs[k] = v
+        elif key is not None:
+            pairs[key] += " " + token
+    return pairs
 
 
 def job_settings(

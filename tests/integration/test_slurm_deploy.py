@@ -394,3 +394,29 @@ def test_compute_nodes_only_the_login_node_reaches_are_served_through_a_tunnel(
         cli("stop", str(v1), *common[:4])
     finally:
         subprocess.run(["nft", "delete", "table", "inet", table], check=False)
+
+
+def test_status_says_when_the_time_limit_stops_serving_and_explains_the_job_it_ended(
+    cli: Any, slurm: SlurmLab, tmp_path: Path
+) -> None:
+    """A job with 10 minutes left is flagged with when serving stops; cut to one minute (slurmctld checks
+    time limits every 30 s), it ends as TIMEOUT, and status explains the ended job from `scontrol`."""
+    v1, _ = write_inputs(tmp_path, PORT + 7, gates=True)
+    on_cluster(v1, "slurm-limit")
+    inventory = cluster_inventory(tmp_path / "hosts.yaml", slurm, time="10")
+    common = ["--inventory", str(inventory), "--ledger", str(tmp_path / "ledger.db")]
+    done = cli("--json", "deploy", str(v1), "--baseline", "skip", "--no-verify", *common)
+    assert done.code == 0, done.stdout + done.stderr
+    run_id = done.json()["hosts"][0]["release"]
+    status = cli("--json", "status", str(v1), *common[:2]).json()["hosts"][0]
+    note = status["servers"][0]["job_state"]
+    assert "TIME LIMIT NEAR: serving stops at " in note and note.endswith("Z (time limit)"), note
+    job = str(status["servers"][0]["job"])
+
+    slurm.run("scontrol", "update", f"JobId={job}", "TimeLimit=1", check=True)  # it has run longer: over at once
+    assert slurm.wait_job(job, timeout=120)["JobState"] == "TIMEOUT"
+    status = cli("--json", "status", str(v1), *common[:2]).json()["hosts"][0]
+    assert status["current"] == run_id and not status["running"], status
+    assert status["ended"].startswith(f"job {job} ended at "), status
+    assert "TIMEOUT (its time limit was reached; reason TimeLimit" in status["ended"], status
+    assert "not running: job " in cli("status", str(v1), *common[:2]).stdout

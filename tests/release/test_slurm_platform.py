@@ -14,7 +14,7 @@ from specctl.errors import HostError
 from specctl.hosts.local import local_transport
 from specctl.profile.inventory import SlurmCluster
 from specctl.release.release import Release
-from specctl.release.slurm import SlurmPlatform
+from specctl.release.slurm import SlurmPlatform, with_time_limit
 
 
 def target(tmp_path: Path, **tools: str) -> tuple[SlurmPlatform, Release]:
@@ -50,10 +50,44 @@ def test_jobs_of_other_roots_and_finished_ones_are_not_the_profiles(tmp_path: Pa
         f"15|specctl:p:r5|REQUEUE_HOLD|{tmp_path}/p/releases/r5|7-00:00:00",
     ]
     slurm, release = target(tmp_path, squeue="printf '%s\\n' " + " ".join(f"'{r}'" for r in rows))
-    assert [(s.release, s.handle, s.note) for s in slurm.servers(release.base)] == [
-        ("r1", 11, "RUNNING, 6-23:59:01 left"),
-        ("r5", 15, "REQUEUE_HOLD, 7-00:00:00 left"),
-    ]
+    found = [(s.release, s.handle, s.note) for s in slurm.servers(release.base)]
+    assert [(r, h) for r, h, _ in found] == [("r1", 11), ("r5", 15)]
+    assert found[0][2].startswith("RUNNING, 6-23:59:01 left; serving stops at ")  # type: ignore[union-attr]
+    assert found[1][2] == "REQUEUE_HOLD, 7-00:00:00 left"
+
+
+def test_a_running_jobs_time_limit_says_when_serving_stops_and_is_flagged_when_near() -> None:
+    now = 1_800_000_000.0  # 2027-01-15T08:00:00Z
+    assert with_time_limit("RUNNING, 1-02:00:00 left", now) == (
+        "RUNNING, 1-02:00:00 left; serving stops at 2027-01-16T10:00:00Z (time limit)"
+    )
+    assert with_time_limit("RUNNING, 59:00 left", now) == (
+        "RUNNING, 59:00 left; TIME LIMIT NEAR: serving stops at 2027-01-15T08:59:00Z (time limit)"
+    )
+    for note in ("RUNNING, UNLIMITED left", "PENDING, 1:00 left", "RUNNING, NOT_SET left", None):
+        assert with_time_limit(note, now) == note
+
+
+def test_an_ended_job_is_explained_by_the_controller_then_accounting_then_not_at_all(tmp_path: Path) -> None:
+    record = (
+        "JobId=7 JobName=x JobState=TIMEOUT Reason=TimeLimit Dependency=(null) ExitCode=0:15 "
+        "EndTime=2026-12-03T15:00:00"
+    )
+    slurm, release = target(tmp_path, scontrol=f"echo '{record}'")
+    Path(release.path("job-id")).write_text("7\n")
+    assert slurm.ended(release) == (
+        "job 7 ended at 2026-12-03T15:00:00: TIMEOUT (its time limit was reached; reason TimeLimit; exit code 0:15)"
+    )
+    slurm, release = target(tmp_path / "b", scontrol="exit 1", sacct="echo 'CANCELLED by 1000|0:0|2026-12-03T15:01:00'")
+    Path(release.path("head-address")).write_text("8 10.0.0.8\n")  # a release from before job-id files
+    assert slurm.ended(release) == "job 8 ended at 2026-12-03T15:01:00: CANCELLED by 1000 (cancelled)"
+    slurm, release = target(
+        tmp_path / "c", scontrol="exit 1", sacct="echo 'accounting storage is disabled' >&2; exit 1"
+    )
+    Path(release.path("job-id")).write_text("9\n")
+    assert slurm.ended(release) == "job 9 ended; the controller no longer reports why"
+    slurm, release = target(tmp_path / "d")
+    assert slurm.ended(release) is None  # never submitted
 
 
 def test_a_purged_job_has_ended_and_a_reason_no_wait_clears_ends_the_start(tmp_path: Path) -> None:
