@@ -26,6 +26,7 @@ def recorded(
     accept_new_host_key: bool = False,
     budget_s: float | None = None,
     stage_parallel: int | None = None,
+    offline: bool = False,
 ) -> Iterator[Context]:
     """Open the ledger and catch SIGTERM/SIGINT for the block; yields the flows' Context. Progress
     goes to stderr: lines for people, or under --json one JSON object per event."""
@@ -50,6 +51,7 @@ def recorded(
                 secrets_env={n: os.environ[n] for n in secrets or () if n in os.environ},
                 cancel=cancel,
                 on_progress=lambda host, text: output.hint(f"[dim]{host}[/]: {text}"),
+                offline=offline,
             )
             if budget_s is not None:
                 ctx.budget_s = budget_s

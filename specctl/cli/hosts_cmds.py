@@ -25,7 +25,7 @@ from specctl.cli._options import (
 )
 from specctl.cli._recording import recorded
 from specctl.constants import STAGE_PARALLEL, STARTUP_BUDGET_S
-from specctl.errors import CheckFailed, HostError
+from specctl.errors import CheckFailed, HostError, InputError
 
 ROLLED_BACK_EXIT = 4  # deployed, verify failed, rolled back
 FOLLOW_POLL_S = 1.0  # how often `logs -f` asks each host for what its log gained
@@ -139,6 +139,12 @@ def stage(
     dry_run: Annotated[
         bool, typer.Option("--dry-run", help="Say what each host has and what it would fetch; fetch nothing.")
     ] = False,
+    verify: Annotated[
+        bool,
+        typer.Option(
+            "--verify", help="Hash every staged file again against the Hub's checksums (the hash cache ignored)."
+        ),
+    ] = False,
     stage_parallel: StageParallelOpt = STAGE_PARALLEL,
     ledger: LedgerOpt = None,
     ssh_config: SshConfigOpt = None,
@@ -148,7 +154,8 @@ def stage(
 ) -> None:
     """Put the profile's Hugging Face checkpoints (target and drafter, at their pinned revisions) in
     each host's cache, with the engine's own Python; nothing running is touched. A deploy does the
-    same first; staging ahead keeps the deploy window short. Resumes an interrupted download."""
+    same first; staging ahead keeps the deploy window short. Resumes an interrupted download.
+    --offline asks no Hub: a complete snapshot already in a host's cache is staged, content unverified."""
     from rich.table import Table
 
     from specctl.flows import static
@@ -156,6 +163,11 @@ def stage(
     from specctl.release.staging import size_text
 
     output = command_output(ctx, json_mode)
+    if verify and offline:
+        raise InputError(
+            "--verify checks the staged files against the checksums the Hub publishes: it cannot run offline",
+            fix="drop --offline (and unset HF_HUB_OFFLINE); the hosts must reach the Hub (or HF_ENDPOINT)",
+        )
     report = static.check(profile, offline=offline)
     p = report.inputs.profile
     selected = selected_hosts(p.hosts, hosts, inventory)
@@ -167,8 +179,9 @@ def stage(
         ssh_config=ssh_config,
         accept_new_host_key=accept_new_host_key,
         stage_parallel=stage_parallel,
+        offline=offline,
     ) as rc:
-        reports = stage_hosts(rc, report, selected, dry_run=dry_run)
+        reports = stage_hosts(rc, report, selected, dry_run=dry_run, verify=verify)
     table = Table(
         "host",
         "checkpoint",
@@ -183,7 +196,7 @@ def stage(
             table.add_row(
                 r.host,
                 s.repo,
-                f"staged ({size_text(s.bytes)}" + (f", fetched {size_text(s.fetched)})" if s.fetched else ")"),
+                s.state() + (f", {size_text(s.hashed)} hashed against the Hub's checksums" if verify else ""),
             )
         for planned in r.planned:
             table.add_row(r.host, planned.repo, f"would fetch {size_text(planned.fetch)} of {size_text(planned.bytes)}")
@@ -319,6 +332,7 @@ def deploy(
         accept_new_host_key=accept_new_host_key,
         budget_s=startup_timeout,
         stage_parallel=stage_parallel,
+        offline=offline,
     ) as rc:
         reports = deploy_flow(
             rc,

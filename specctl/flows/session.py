@@ -37,6 +37,7 @@ class Context:
     on_progress: Callable[[str, str], None] = lambda host, text: None
     on_event: Callable[[str, dict[str, Any]], None] = lambda host, event: None  # structured progress (--json)
     stage_slots: threading.BoundedSemaphore = field(default_factory=lambda: threading.BoundedSemaphore(STAGE_PARALLEL))
+    offline: bool = False  # staging asks no Hub: what a host's cache holds is staged, content unverified
 
     _sessions: dict[tuple[str, str], HostSession] = field(default_factory=dict)
     _guard: threading.Lock = field(default_factory=threading.Lock)

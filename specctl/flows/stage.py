@@ -2,7 +2,9 @@
 
 Deploy runs the same step on each host after its preflight and before anything is stopped; this
 command does it ahead of a deploy window (and `--dry-run` only says what it would fetch). A run is
-recorded like any other, so what was fetched where stays in the ledger.
+recorded like any other, so what was fetched where stays in the ledger. `--offline` (the context's)
+asks no Hub: a complete snapshot in a host's cache is staged "content unverified"; `--verify` hashes
+every staged file again against the Hub's checksums, the hash cache ignored.
 """
 
 from __future__ import annotations
@@ -35,26 +37,31 @@ class StageReport:
             "host": self.host,
             "ok": self.ok,
             "error": self.error,
-            "staged": [s.__dict__ for s in self.staged],
+            "staged": [s.to_dict() for s in self.staged],
             "planned": [p.__dict__ for p in self.planned],
         }
 
 
 def stage_hosts(
-    ctx: Context, report: CheckReport, hosts: Sequence[HostSpec], *, dry_run: bool = False
+    ctx: Context, report: CheckReport, hosts: Sequence[HostSpec], *, dry_run: bool = False, verify: bool = False
 ) -> list[StageReport]:
     """Stage on every host in parallel (downloads capped by the context's slots); a dry run asks
-    each host what it has and what the rest would cost, and records nothing."""
+    each host what it has and what the rest would cost, and records nothing; `verify` re-hashes."""
     p = report.inputs.profile
     checkpoints = staging.profile_checkpoints(p, baseline=False)
 
     def one(host: HostSpec) -> StageReport:
         session = ctx.session(host, p.metadata.name)
-        env = staging.staging_env(p.engine.env, ctx.secrets_env, host.hf_home)
+        env = staging.staging_env(p.engine.env, ctx.secrets_env, host.hf_home, offline=ctx.offline)
         try:
             if dry_run:
                 answer = staging.plan(
-                    session.transport, python=p.engine.python, root=session.root, checkpoints=checkpoints, env=env
+                    session.transport,
+                    python=p.engine.python,
+                    root=session.root,
+                    checkpoints=checkpoints,
+                    env=env,
+                    offline=ctx.offline,
                 )
                 short = (
                     None
@@ -81,6 +88,8 @@ def stage_hosts(
                     env=env,
                     on_progress=progress,
                     slot=lambda: ctx.stage_slots,
+                    offline=ctx.offline,
+                    verify=verify,
                 ),
             )
         except Exception as exc:  # noqa: BLE001 - one host's failure is its row
@@ -96,12 +105,12 @@ def stage_hosts(
         "stage",
         hosts=[h.name for h in hosts],
         **profile_fields(report),
-        inputs={"checkpoints": [c.__dict__ for c in checkpoints]},
+        inputs={"checkpoints": [c.__dict__ for c in checkpoints], "offline": ctx.offline, "verify": verify},
     ) as rec:
         reports = list(parallel(by_name, one, max_workers=len(hosts)).values())
         for r in reports:
             rec.host(
-                r.host, release=None, verdict={"staged": [s.__dict__ for s in r.staged], "error": r.error}, passed=r.ok
+                r.host, release=None, verdict={"staged": [s.to_dict() for s in r.staged], "error": r.error}, passed=r.ok
             )
         rec.outcome.status = "succeeded" if all(r.ok for r in reports) else "failed"
     return reports

@@ -63,6 +63,7 @@ def _streamed(
             code = process.wait()
         finally:
             timer.cancel()
+            process.stdout.close()  # else left to the garbage collector (a ResourceWarning)
         err.seek(0)
         text = err.read().decode(errors="replace")
     if time.monotonic() > deadline and code < 0:

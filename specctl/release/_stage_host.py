@@ -4,7 +4,8 @@ Self-contained (the standard library and huggingface_hub, which is installed whe
 specctl sends it as `python -c`, with one JSON argument, and reads JSON lines back.
 
     {"mode": "check" | "plan" | "fetch", "root": specctl's state directory on the host,
-     "patterns": [...], "checkpoints": [{"repo": ..., "revision": ...}], "reserve": bytes}
+     "patterns": [...], "checkpoints": [{"repo": ..., "revision": ...}], "reserve": bytes,
+     "offline": the Hub is not asked, "verify": every file hashed again (the hash cache ignored)}
 
 check: what is staged already, from the host's disk alone (one round trip, no network).
 plan:  check, then what each missing checkpoint would fetch (the Hub's file sizes) against the free
@@ -18,6 +19,13 @@ one), hashed here, on the host; a record of that list and those ids is kept unde
 directory, not in the cache, whose layout belongs to huggingface_hub. Hashes are cached by (path,
 size, mtime), so a re-deploy reads no weights; a file whose content differs (a shard corrupted in
 place) is fetched again, and one that differs after that is refused.
+
+Without the Hub (`offline`, or the Hub not answering this host) a snapshot that reached the cache
+by other means (`hf download`, a copy from a shared model store, in the standard layout: blobs/,
+snapshots/<commit>/, refs/) is recognised from the disk alone: complete when its config.json, its
+index and every shard the index names are there, each shard at the size its safetensors header
+implies (8 + header length + the end of the last tensor's data). It is staged "content
+unverified", with the ids its blob names claim, until a stage that reaches the Hub checks it.
 """
 
 from __future__ import annotations
@@ -35,6 +43,11 @@ import time
 from typing import Any, NoReturn
 
 COMMIT = re.compile(r"^[0-9a-f]{40}$")
+INDEX = "model.safetensors.index.json"
+SINGLE = "model.safetensors"
+HUB_TIMEOUT_S = 30.0  # an unanswered Hub (packets dropped on the way) is told apart from a slow one
+# exception classes (by name, in requests, httpx and huggingface_hub) that mean the Hub was not reached
+UNREACHED = {"ConnectionError", "ConnectError", "ConnectTimeout", "Timeout", "TimeoutException", "NetworkError"}
 
 
 _EMITTING = threading.Lock()  # the progress thread and the main one: whole lines, never interleaved
@@ -81,8 +94,35 @@ def write_whole(path: str, text: str) -> None:
     os.replace(path + ".tmp", path)
 
 
+def unreached(exc: BaseException) -> bool:
+    """Whether the Hub was not reached at all (no route, no name, no answer), as opposed to answering "no"."""
+    names = {cls.__name__ for cls in type(exc).__mro__}
+    return "HfHubHTTPError" not in names and bool(names & UNREACHED)
+
+
+def implied_size(path: str) -> int:
+    """The size a safetensors file must have: its 8-byte header length, the header, and the data up
+    to the end of its last tensor."""
+    with open(path, "rb") as handle:
+        length = int.from_bytes(handle.read(8), "little")
+        header = json.loads(handle.read(length))
+    ends = [int(v["data_offsets"][1]) for k, v in header.items() if k != "__metadata__"]
+    return 8 + length + max(ends, default=0)
+
+
+def claimed_id(path: str) -> str | None:
+    """The id the cache's layout claims for a file: its blob's name (an LFS sha256, or a git blob id)."""
+    name = os.path.basename(os.path.realpath(path))
+    return f"sha256:{name}" if re.match(r"^[0-9a-f]{64}$", name) else f"git:{name}" if COMMIT.match(name) else None
+
+
+class OfflineError(Exception):
+    """The Hub is not to be asked."""
+
+
 def main() -> None:
     spec = json.loads(sys.argv[1])
+    offline, verify = bool(spec.get("offline")), bool(spec.get("verify"))
     try:
         from huggingface_hub import constants
     except ImportError:
@@ -127,7 +167,7 @@ def main() -> None:
         mtime are the ones hashed."""
         real = os.path.realpath(path)
         st = os.stat(real)
-        hit = hashes.get(real)
+        hit = None if verify else hashes.get(real)  # --verify: every byte read again
         known: dict[str, str] = hit[2] if hit and hit[:2] == [st.st_size, st.st_mtime_ns] else {}
         if kind not in known:
             digest = hashlib.sha256() if kind == "sha256" else hashlib.sha1(b"blob %d\0" % st.st_size)
@@ -136,7 +176,10 @@ def main() -> None:
                     digest.update(chunk)
             known = {**known, kind: digest.hexdigest()}
             hashes[real] = [st.st_size, st.st_mtime_ns, known]
+            hashed[0] += st.st_size
         return known[kind]
+
+    hashed = [0]  # bytes read to hash in this run
 
     def save_hashes() -> None:
         write_whole(hashes_path, json.dumps(hashes, sort_keys=True))
@@ -177,10 +220,79 @@ def main() -> None:
             ids: dict[str, str] = record.get("ids", {})
         except (OSError, ValueError, KeyError):
             return None
-        snapshot = os.path.join(repo_dir(repo), "snapshots", commit)
-        if missing_in(snapshot, dict(files)) or differing(snapshot, ids):  # a record without ids: by size
+        unverified = record.get("unverified")  # why its content is not checked yet (recognised without the Hub)
+        if verify or (unverified and not offline):  # the Hub is to be asked: it goes the whole way
             return None
-        return {"repo": repo, "commit": commit, "snapshot": snapshot, "bytes": sum(files.values()), "files": len(files)}
+        snapshot = os.path.join(repo_dir(repo), "snapshots", commit)
+        if missing_in(snapshot, dict(files)) or (not unverified and differing(snapshot, ids)):
+            return None  # (a record without ids, or an unverified one: by size)
+        return described(repo, commit, snapshot, files, ids, unverified)
+
+    def described(
+        repo: str, commit: str, snapshot: str, files: dict[str, Any], ids: dict[str, str], unverified: str | None
+    ) -> dict[str, Any]:
+        """A staged checkpoint as the events and the release's checkpoints.json say it: every file's
+        size and content id, and whether that id was checked against the Hub's."""
+        return {
+            "repo": repo,
+            "commit": commit,
+            "snapshot": snapshot,
+            "bytes": sum(size or 0 for size in files.values()),
+            "files": len(files),
+            "verified": not unverified,
+            "unverified": unverified,
+            "contents": {name: [size, ids.get(name)] for name, size in sorted(files.items())},
+        }
+
+    def recognised(repo: str, revision: str | None, why: str) -> dict[str, Any]:
+        """A snapshot put in the cache by other means, complete by its config, index and shard headers,
+        recorded "content unverified" (`why`: the Hub was not asked, or did not answer)."""
+        commit = commit_of(repo, revision)
+        snapshot = os.path.join(repo_dir(repo), "snapshots", commit or "")
+        if commit is None or not os.path.isdir(snapshot):
+            where = f"{repo_dir(repo)}/refs/{revision or 'main'}" if commit is None else snapshot
+            fail(
+                "not-cached",
+                f"{repo}@{revision or 'main'} is not in this host's cache ({where} is missing), and {why}",
+            )
+        index = os.path.join(snapshot, INDEX)
+        try:
+            with open(index) as handle:
+                shards = sorted(set(json.load(handle)["weight_map"].values()))
+        except FileNotFoundError:
+            shards = [SINGLE]
+        except (OSError, ValueError, KeyError) as exc:
+            fail("incomplete-cache", f"{repo}@{commit}: {INDEX} in {snapshot} cannot be read ({exc}), and {why}")
+        for name in ["config.json", *shards]:
+            path = os.path.join(snapshot, name)
+            if not os.path.isfile(path):
+                fail("incomplete-cache", f"{repo}@{commit}: {name} is missing from {snapshot}, and {why}")
+            if name.endswith(".safetensors"):
+                try:
+                    want = implied_size(path)
+                except (OSError, ValueError, KeyError, TypeError, IndexError) as exc:
+                    fail("incomplete-cache", f"{repo}@{commit}: {name} has no readable safetensors header ({exc})")
+                if os.path.getsize(path) != want:
+                    fail(
+                        "incomplete-cache",
+                        f"{repo}@{commit}: {name} is {os.path.getsize(path)} bytes; its safetensors header "
+                        f"implies {want} (truncated or still being copied), and {why}",
+                    )
+        files: dict[str, int] = {}
+        for folder, _, names in os.walk(snapshot):
+            for name in names:
+                rel = os.path.relpath(os.path.join(folder, name), snapshot)
+                if any(fnmatch.fnmatch(rel, p) for p in spec["patterns"]):
+                    files[rel] = os.path.getsize(os.path.join(folder, name))
+        ids = {name: i for name in files if (i := claimed_id(os.path.join(snapshot, name)))}
+        if spec["mode"] == "fetch":  # a dry run writes nothing
+            write_whole(
+                record_path(repo, commit),
+                json.dumps(
+                    {"repo": repo, "commit": commit, "files": files, "ids": ids, "unverified": why}, sort_keys=True
+                ),
+            )
+        return described(repo, commit, snapshot, files, ids, why)
 
     todo: list[dict[str, Any]] = []
     for item in spec["checkpoints"]:
@@ -206,9 +318,17 @@ def main() -> None:
     for item in todo:
         repo, revision = item["repo"], item.get("revision")
         try:
-            info = api.model_info(repo, revision=revision, files_metadata=True)
+            if offline:
+                raise OfflineError("the Hub is not asked (--offline)")
+            info = api.model_info(repo, revision=revision, files_metadata=True, timeout=HUB_TIMEOUT_S)
         except Exception as exc:  # noqa: BLE001 - reported by kind
+            if not verify and (isinstance(exc, OfflineError) or unreached(exc)):
+                why = str(exc) if isinstance(exc, OfflineError) else f"the Hub did not answer ({type(exc).__name__})"
+                emit(event="staged", fetched=0, **recognised(repo, revision, why))
+                continue
             kind = kind_of(exc)
+            if verify and unreached(exc):
+                fail("network", f"{repo}: --verify needs the Hub's checksums, and the Hub did not answer: {exc}")
             fail(
                 kind,
                 MESSAGES.get(kind, "{repo}: cannot ask the Hub: {error}").format(
@@ -260,6 +380,7 @@ def main() -> None:
 
     revisions = {item["repo"]: item.get("revision") for item in todo}
     for repo, commit, files, snapshot, need in plans:
+        hashed[0] = 0
         total = sum(size or 0 for size in files.values())
         stop = threading.Event()
 
@@ -344,13 +465,10 @@ def main() -> None:
         pin(repo, revisions.get(repo), commit)
         emit(
             event="staged",
-            repo=repo,
-            commit=commit,
-            snapshot=snapshot,
-            bytes=total,
-            files=len(files),
             fetched=need,
             refetched=refetched,
+            hashed=hashed[0],
+            **described(repo, commit, snapshot, files, ids, None),
         )
 
 

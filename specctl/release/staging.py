@@ -6,6 +6,10 @@ environment's cache settings (HF_HOME, HF_HUB_CACHE, HF_ENDPOINT from `engine.en
 profile's secrets (HF_TOKEN) sent over the transport's stdin channel, never in argv or a file. A
 checkpoint already staged costs one round trip and no network; a missing one is sized against the
 cache's free space first, and refused before any byte is fetched when it does not fit.
+
+Without the Hub (`offline`, or the Hub not answering the host) a snapshot placed in the host's cache
+by other means is staged when it is complete, "content unverified"; `verify` hashes every file
+again against the Hub's checksums, whatever the hash cache says.
 """
 
 from __future__ import annotations
@@ -13,7 +17,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -31,6 +35,7 @@ RESERVE_BYTES = 2 * 1024**3  # left free on the cache's file system after stagin
 STAGE_TIMEOUT_S = 24 * 3600.0
 _SCRIPT = (Path(__file__).with_name("_stage_host.py")).read_text(encoding="utf-8")
 OFFLINE_ENV = "HF_HUB_OFFLINE"
+CHECKPOINTS_FILE = "checkpoints.json"  # in a release: the content ids of the staged files it served
 
 
 @dataclass(frozen=True)
@@ -43,13 +48,46 @@ class Checkpoint:
 
 @dataclass(frozen=True)
 class Staged:
-    """A checkpoint present on a host: where its snapshot is, and what staging it fetched."""
+    """A checkpoint present on a host: where its snapshot is, what staging it fetched, and its files'
+    content ids (`contents`: name -> (size, "sha256:<hex>" or "git:<blob id>" or None)), checked
+    against the Hub's published ones unless `unverified` says why not."""
 
     repo: str
     commit: str
     snapshot: str
     bytes: int
     fetched: int
+    unverified: str | None = None
+    hashed: int = 0  # bytes read to hash in this stage
+    contents: Mapping[str, tuple[int, str | None]] = field(default_factory=dict)
+
+    @property
+    def verified(self) -> bool:
+        return self.unverified is None
+
+    def to_dict(self) -> dict[str, Any]:
+        """What the output and the ledger keep (the per-file ids go to the release's checkpoints.json)."""
+        keep = ("repo", "commit", "snapshot", "bytes", "fetched", "unverified", "hashed")
+        return {**{k: getattr(self, k) for k in keep}, "verified": self.verified}
+
+    def state(self) -> str:
+        """How a person reads it: its size, what was fetched, whether its content was checked."""
+        fetched = f", fetched {size_text(self.fetched)}" if self.fetched else ""
+        checked = f", content unverified: {self.unverified}" if self.unverified else ""
+        return f"staged ({size_text(self.bytes)}{fetched}){checked}"
+
+    def checksums(self) -> dict[str, Any]:
+        """The checkpoint's entry in a release's checkpoints.json."""
+        return {
+            "repo": self.repo,
+            "commit": self.commit,
+            "verified": self.verified,
+            "unverified": self.unverified,
+            "files": [
+                {"name": name, "size": size, "id": cid, "verified": self.verified and cid is not None}
+                for name, (size, cid) in sorted(self.contents.items())
+            ],
+        }
 
 
 @dataclass(frozen=True)
@@ -128,31 +166,54 @@ def host_env(engine_env: Mapping[str, str], hf_home: str | None) -> dict[str, st
 
 
 def staging_env(
-    engine_env: Mapping[str, str], secrets_env: Mapping[str, str], hf_home: str | None = None
+    engine_env: Mapping[str, str], secrets_env: Mapping[str, str], hf_home: str | None = None, *, offline: bool = False
 ) -> dict[str, str]:
-    """The launch environment's cache settings on that host and the secrets; online, whatever the
-    launch or the host's own environment says (staging is the one step that is meant to fetch)."""
+    """The launch environment's cache settings on that host and the secrets; online unless `offline`,
+    whatever the launch or the host's own environment says (staging is the one step that is meant
+    to fetch)."""
     # huggingface_hub's own progress bars would pile up on stderr for the whole download: the
     # script reports progress itself
-    return {**host_env(engine_env, hf_home), **secrets_env, OFFLINE_ENV: "0", "HF_HUB_DISABLE_PROGRESS_BARS": "1"}
+    return {
+        **host_env(engine_env, hf_home),
+        **secrets_env,
+        OFFLINE_ENV: "1" if offline else "0",
+        "HF_HUB_DISABLE_PROGRESS_BARS": "1",
+    }
 
 
-def command(python: str, root: str, checkpoints: Sequence[Checkpoint], mode: str) -> list[str]:
+def command(
+    python: str,
+    root: str,
+    checkpoints: Sequence[Checkpoint],
+    mode: str,
+    *,
+    offline: bool = False,
+    verify: bool = False,
+) -> list[str]:
     request = {
         "mode": mode,
         "root": root,
         "patterns": list(PATTERNS),
         "reserve": RESERVE_BYTES,
         "checkpoints": [{"repo": c.repo, "revision": c.revision} for c in checkpoints],
+        "offline": offline,
+        "verify": verify,
     }
     return [python, "-c", _SCRIPT, json.dumps(request, sort_keys=True)]
 
 
 def check(
-    transport: Transport, *, python: str, root: str, checkpoints: Sequence[Checkpoint], env: Mapping[str, str]
+    transport: Transport,
+    *,
+    python: str,
+    root: str,
+    checkpoints: Sequence[Checkpoint],
+    env: Mapping[str, str],
+    offline: bool = False,
 ) -> tuple[list[Staged], list[Checkpoint]]:
-    """What is staged on the host already, from its disk alone: one round trip."""
-    events = _events(transport, _run(transport, command(python, root, checkpoints, "check"), env))
+    """What is staged on the host already, from its disk alone: one round trip (a checkpoint staged
+    "content unverified" counts only `offline`: otherwise the Hub is asked to check it)."""
+    events = _events(transport, _run(transport, command(python, root, checkpoints, "check", offline=offline), env))
     staged = [_staged(e) for e in events if e["event"] == "staged"]
     have = {s.repo for s in staged}
     return staged, [c for c in checkpoints if c.repo not in have]
@@ -174,11 +235,17 @@ class StagePlan:
 
 
 def plan(
-    transport: Transport, *, python: str, root: str, checkpoints: Sequence[Checkpoint], env: Mapping[str, str]
+    transport: Transport,
+    *,
+    python: str,
+    root: str,
+    checkpoints: Sequence[Checkpoint],
+    env: Mapping[str, str],
+    offline: bool = False,
 ) -> StagePlan:
     """What is staged, and what the rest would fetch against the cache's free space (asks the Hub
-    from the host; downloads nothing)."""
-    events = _events(transport, _run(transport, command(python, root, checkpoints, "plan"), env))
+    from the host unless `offline`; downloads nothing)."""
+    events = _events(transport, _run(transport, command(python, root, checkpoints, "plan", offline=offline), env))
     disk = next((e for e in events if e["event"] == "disk"), None)
     return StagePlan(
         [_staged(e) for e in events if e["event"] == "staged"],
@@ -202,10 +269,17 @@ def stage(
     env: Mapping[str, str],
     on_progress: Callable[[StageProgress], None] = lambda p: None,
     slot: Callable[[], Any] | None = None,
+    offline: bool = False,
+    verify: bool = False,
 ) -> list[Staged]:
     """Make every checkpoint present on the host. Already staged: one round trip. Otherwise (in a
-    `slot`, the fleet's cap on hosts downloading at once) size, check the disk, download."""
-    staged, missing = check(transport, python=python, root=root, checkpoints=checkpoints, env=env)
+    `slot`, the fleet's cap on hosts downloading at once) size, check the disk, download. `offline`:
+    the Hub is not asked (a complete snapshot in the cache is staged "content unverified");
+    `verify`: every file is hashed again against the Hub's checksums."""
+    staged: list[Staged] = []
+    missing = list(checkpoints)
+    if not verify:
+        staged, missing = check(transport, python=python, root=root, checkpoints=checkpoints, env=env, offline=offline)
     if not missing:
         return staged
     progress: dict[str, StageProgress] = {}
@@ -219,7 +293,7 @@ def stage(
             current.update(int(event["done"]), int(event["total"]), time.monotonic())
             on_progress(current)
 
-    argv = command(python, root, missing, "fetch")
+    argv = command(python, root, missing, "fetch", offline=offline, verify=verify)
     if slot is None:
         done = transport.stream(argv, line, timeout_s=STAGE_TIMEOUT_S, env=dict(env))
     else:
@@ -277,6 +351,15 @@ _FIXES = {
     ),
     "disk": "free space on the cache's file system, or point HF_HOME / HF_HUB_CACHE (engine.env) at a larger one",
     "incomplete": "run `specctl stage` again: the download resumes",
+    "not-cached": (
+        "put the snapshot in the host's cache in the Hugging Face layout (blobs/, snapshots/<commit>/, refs/), "
+        "e.g. copied from `hf download REPO --revision COMMIT --cache-dir DIR` run where the Hub is reachable; "
+        "or stage from a host that reaches the Hub"
+    ),
+    "incomplete-cache": (
+        "copy the missing or short file into the snapshot again (the whole snapshot from a complete cache), "
+        "or stage with the Hub reachable: it fetches only what is missing"
+    ),
     "corrupt": (
         "the file the Hub served does not match the checksum the Hub publishes: check a mirror or proxy "
         "between the host and the Hub (HF_ENDPOINT), then stage again; nothing running was stopped"
@@ -285,7 +368,16 @@ _FIXES = {
 
 
 def _staged(e: Mapping[str, Any]) -> Staged:
-    return Staged(e["repo"], e["commit"], e["snapshot"], int(e["bytes"]), int(e.get("fetched", 0)))
+    return Staged(
+        e["repo"],
+        e["commit"],
+        e["snapshot"],
+        int(e["bytes"]),
+        int(e.get("fetched", 0)),
+        e.get("unverified"),
+        int(e.get("hashed", 0)),
+        {name: (int(size or 0), cid) for name, (size, cid) in (e.get("contents") or {}).items()},
+    )
 
 
 def size_text(n: float | None) -> str:
