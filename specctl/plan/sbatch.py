@@ -6,6 +6,15 @@ node rank = `SLURM_NODEID`, so rank 0's `launch.sh` on the first node of the all
 address (its `NodeAddr`) the job finds and hands to the launch scripts as `SPECCTL_HEAD_ADDRESS`
 and writes to `head-address`, where specctl reads where to send HTTP.
 
+Secrets (the profile's `secrets:`) are in no file and in no environment the controller keeps: each
+node's step makes a named pipe in the release directory, `secrets-<job id>-<node>.fifo` (mode 0600;
+a pipe holds nothing on disk, and a node's pipe is its own kernel's even on NFS), and waits up to
+SECRETS_WAIT_S for specctl to write "NAME=base64(value)" lines and a closing "." into it, from a step
+of its own that specctl runs with `srun --overlap` on the login node, the values on that step's
+standard input over specctl's own connection (release/slurm.py). The step exports them and runs its
+launch script. The price: a job that Slurm starts again by itself (requeued after a node failure)
+waits for secrets no one sends, and fails; specctl's next deploy or rollback starts a new one.
+
 The job watches its own confirmation as the SSH path's watchdog does: unless `current` names this
 release by the deadline (the script's first argument, seconds), it cancels itself, so a deploy that
 lost the login node leaves no job holding GPUs.
@@ -37,6 +46,11 @@ HEAD_FILE = "head-address"
 FACTS_FILE = "allocation-facts.txt"
 FACTS_SCRIPT = "facts.sh"
 JOB_PREFIX = "specctl:"
+# the job script's line that names the secrets its steps wait for (and the mark specctl looks for)
+SECRETS_COMMENT = "# secrets, fed to each node's step by specctl, never written here:"
+SECRETS_WAIT_S = 10 * 60  # how long a node's step waits for its secrets before it fails
+# a node's named pipe for its secrets, as the steps (run from the release directory) spell it
+SECRETS_FIFO = 'secrets-"$SLURM_JOB_ID-$SLURMD_NODENAME".fifo'
 
 
 @dataclass(frozen=True)
@@ -109,11 +123,13 @@ def render_sbatch(plan: Plan, job: JobSettings) -> str:
     # in the step (a container's view, when srun_args name one): rank 0 reads its machine's facts, then
     # every rank execs its own launch script
     step = f'if [ "$SLURM_NODEID" = 0 ]; then {facts}; exec sh launch.sh; else exec sh "launch-$SLURM_NODEID.sh"; fi'
+    step = _secrets_read() + step if plan.secrets else step
     lines = [
         "#!/bin/sh",
         *(f"#SBATCH {q(option)}" for option in options),
         f"# specctl job script: profile {plan.profile} v{plan.version}, {nodes} node(s), {kind}, release {job.run_id}",
         f"# profile sha256 {plan.sha256}",
+        *([f"{SECRETS_COMMENT} {' '.join(plan.secrets)}"] if plan.secrets else []),
         'echo "specctl: job $SLURM_JOB_ID started on $SLURM_JOB_NODELIST"',  # where this job's log begins
         "confirm_s=${1:-0}",
         *job.setup,
@@ -137,6 +153,21 @@ def render_sbatch(plan: Plan, job: JobSettings) -> str:
         + q(step),
     ]
     return "\n".join(lines) + "\n"
+
+
+def _secrets_read() -> str:
+    """The start of each node's step: its secrets read from its own named pipe, checked whole (the
+    closing "." line) and exported; never put in an argument, a file or the controller's records."""
+    return (
+        f'f={SECRETS_FIFO}; rm -f "$f"; mkfifo -m 600 "$f" || exit 1; '
+        f'got=$(timeout {SECRETS_WAIT_S} cat "$f"); rm -f "$f"; '
+        'if [ "$(printf "%s\\n" "$got" | tail -n 1)" != . ]; then '
+        f'echo "specctl: no secrets came to $SLURMD_NODENAME within {SECRETS_WAIT_S} s (specctl feeds them while '
+        'it starts the job; a job Slurm restarted by itself gets none)" >&2; exit 1; fi; '
+        "set -f; IFS='\n'; for line in $got; do [ \"$line\" = . ] && continue; "
+        'value=$(printf %s "${line#*=}" | base64 -d) || exit 1; export "${line%%=*}=$value"; done; '
+        "unset got line value; IFS=' \t\n'; set +f; "
+    )
 
 
 def _confirm_watch(job: JobSettings) -> list[str]:

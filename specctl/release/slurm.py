@@ -5,14 +5,21 @@ job. A job is named `specctl:<profile>:<run id>`, so `squeue` alone says which r
 profile hold an allocation, and the job writes its head node's address into the release, so verify
 and status know where to send HTTP. Each poll is one round trip to the login node.
 
-Slurm keeps the environment of `sbatch` with the job (`--export=ALL` is its default): secrets reach
-the servers that way, and so they sit in the controller's job state for the job's lifetime, readable
-by the cluster's administrators. Use a site secret store where that is not acceptable.
+Secrets never travel with `sbatch`: Slurm keeps a job's submission environment in the controller's
+state files for the job's lifetime, and its script too. The job's steps wait for them on named pipes
+of their own (plan/sbatch.py); once squeue says the job runs, specctl runs one more step beside the
+server's (`srun --overlap`, one task a node) whose tasks copy their standard input into those pipes,
+and that input is the secrets, sent over specctl's own connection to the login node. They are then in
+the servers' environment only, where any process's environment is: readable by the node's root.
+A named pipe is a name in the release directory, never data on disk; a one-shot socket would need a
+port and an authenticated peer, and srun's input forwarding is already both.
 """
 
 from __future__ import annotations
 
+import base64
 import dataclasses
+import shlex
 import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -28,6 +35,8 @@ from specctl.plan.sbatch import (
     FACTS_SCRIPT,
     HEAD_FILE,
     JOB_FILE,
+    SECRETS_COMMENT,
+    SECRETS_FIFO,
     JobSettings,
     job_name,
     node_script,
@@ -133,11 +142,14 @@ echo "still running after scancel: $*" >&2; exit 1
 """
 )
 # sbatch from the release directory, without the caller's SBATCH_* and without the files a previous
-# job of the same release left (a rollback resubmits it). $1 = release dir, then sbatch's arguments.
+# job of the same release left (a rollback resubmits it), and without the secrets should the login
+# shell hold them (a local login is specctl's own environment): sbatch's environment is kept with the
+# job. $1 = release dir, $2 = the secrets' names, then sbatch's arguments.
 _SUBMIT = (
     _CLEAN
     + r"""
-cd "$1" && shift && rm -f head-address allocation-facts.txt job-id || exit 1
+cd "$1" && shift && for v in $1; do unset "$v"; done && shift || exit 1
+rm -f head-address allocation-facts.txt job-id || exit 1
 out=$(sbatch --parsable "$@") || exit $?
 printf '%s\n' "$out"
 printf '%s\n' "${out%%;*}" >job-id.tmp && mv -f job-id.tmp job-id
@@ -154,6 +166,23 @@ case $line in *"JobState="*) echo "scontrol|$line"; exit 0;; esac
 row=$(sacct -X -n -P -j "$1" -o State,ExitCode,End 2>/dev/null | head -n 1)
 case $row in ?*"|"*) echo "sacct|$row"; exit 0;; esac
 echo gone
+"""
+)
+# Secrets into a running job: one task a node copies its standard input (the secrets) into the named
+# pipe its node's server step made (and owns) in the release directory. $1 = job id, $2 = release dir.
+_FEED = (
+    f'cd "$1" || exit 3; f={SECRETS_FIFO}; i=0; '
+    'until [ -p "$f" ] && [ -O "$f" ]; do i=$((i+1)); '
+    '[ $i -le 300 ] || { echo "$SLURMD_NODENAME: no pipe $f after 30 s" >&2; exit 3; }; sleep 0.1; done; '
+    'exec timeout 30 cat >"$f"'
+)
+_DELIVER = (
+    _CLEAN
+    + r"""
+n=$(squeue -h -j "$1" -o %D) && [ -n "$n" ] || { echo "job $1 is not in squeue" >&2; exit 3; }
+exec srun --jobid="$1" --overlap -N "$n" --ntasks-per-node=1 --kill-on-bad-exit=0 sh -c """
+    + shlex.quote(_FEED)
+    + """ sh "$2"
 """
 )
 # Pending reasons that no wait clears: the job can never start as submitted.
@@ -216,6 +245,7 @@ class SlurmPlatform:
     def __init__(self, transport: Transport, cluster: SlurmCluster) -> None:
         self.transport = transport
         self.cluster = cluster
+        self._secrets: dict[int, dict[str, str]] = {}  # job id -> the secrets its steps still wait for
 
     @classmethod
     def on(cls, spec: HostSpec, transport: Transport) -> Platform:
@@ -271,8 +301,11 @@ class SlurmPlatform:
         return rel.Survey(rel.linked(self.transport, root, profile), self.servers(base))  # jobs carry their own names
 
     def start(self, release: rel.Release, *, confirm_within_s: float, env: Mapping[str, str] | None = None) -> int:
-        argv = ["sh", "-c", _SUBMIT, "sh", release.dir, JOB_FILE, str(int(confirm_within_s) + SHARED_STORAGE_SLACK_S)]
-        done = self.transport.run(argv, env={**self.cluster.env, **(env or {})}, timeout_s=120, check=False)
+        script = self.transport.read(release.path(JOB_FILE)) or b""
+        names = sorted({*_secret_names(script), *(env or {})})
+        deadline = str(int(confirm_within_s) + SHARED_STORAGE_SLACK_S)
+        argv = ["sh", "-c", _SUBMIT, "sh", release.dir, " ".join(names), JOB_FILE, deadline]
+        done = self.transport.run(argv, env=dict(self.cluster.env) or None, timeout_s=120, check=False)  # no secret
         first = done.stdout.strip().split(";")[0]
         if done.rc != 0 or not first.isdigit():
             raise HostError(
@@ -280,6 +313,8 @@ class SlurmPlatform:
                 host=self.transport.name,
                 fix="check the cluster entry (partition, account, qos, time, gres) against `sinfo` and your allocation",
             )
+        if _secret_names(script):  # its steps wait for them: fed once it runs (observe)
+            self._secrets[int(first)] = dict(env or {})
         return int(first)
 
     def observe(self, release: rel.Release, handle: int) -> Observation:
@@ -289,6 +324,7 @@ class SlurmPlatform:
         reason, _, nodes = rest.partition("|")
         lines = [line for line in lines if line]
         if state == "ended":
+            self._secrets.pop(handle, None)
             return Observation(False, lines, None, ended=f"job {handle} ended: {reason}")
         if state == "unknown":
             return Observation(True, lines, None, waiting=f"job {handle}: squeue did not answer ({reason.strip()})")
@@ -299,9 +335,26 @@ class SlurmPlatform:
         if state != "RUNNING":
             why = f" ({reason})" if reason and reason != "None" else ""
             return Observation(True, lines, None, waiting=f"job {handle} {state.lower()}{why}")
-        return Observation(
-            True, lines, address.strip() or None, waiting=None if address.strip() else f"job {handle} on {nodes}"
+        waiting = self._feed(release, handle) or (None if address.strip() else f"job {handle} on {nodes}")
+        return Observation(True, lines, address.strip() or None, waiting=waiting)
+
+    def _feed(self, release: rel.Release, handle: int) -> str | None:
+        """Hand a running job's steps their secrets (once); None once they have them, else what is awaited."""
+        secrets = self._secrets.get(handle)
+        if secrets is None:
+            return None
+        lines = [f"{k}={base64.b64encode(v.encode()).decode()}\n" for k, v in sorted(secrets.items())]
+        exports = [f"{k}={v}" for k, v in sorted(self.cluster.env.items())]  # env= would take stdin (SSH)
+        done = self.transport.run(
+            ["env", *exports, "sh", "-c", _DELIVER, "sh", str(handle), release.dir],
+            stdin=("".join(lines) + ".\n").encode(),
+            timeout_s=90,
+            check=False,
         )
+        if done.rc == 0:
+            del self._secrets[handle]
+            return None
+        return f"job {handle}: its secrets are not handed over yet ({(done.stderr or done.stdout).strip()[-200:]})"
 
     def address(self, release: rel.Release) -> str:
         raw = self.transport.read(release.path(HEAD_FILE))
@@ -376,6 +429,14 @@ def _seconds(left: str) -> int | None:
         return None
     h, m, sec = ([0] * (3 - len(parts)) + [int(p) for p in parts])[:3]
     return int(days) * 86400 + h * 3600 + m * 60 + sec
+
+
+def _secret_names(script: bytes) -> list[str]:
+    """The secrets a job script's steps wait for, by name (its SECRETS_COMMENT line)."""
+    for line in script.decode(errors="replace").splitlines():
+        if line.startswith(SECRETS_COMMENT):
+            return line.removeprefix(SECRETS_COMMENT).split()
+    return []
 
 
 def _pairs(record: str) -> dict[str, str]:

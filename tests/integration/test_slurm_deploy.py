@@ -158,9 +158,11 @@ def test_a_job_that_cannot_start_or_be_placed_is_cancelled_and_the_old_one_serve
     assert cli("--json", "status", str(v1), *common[:2]).json()["hosts"][0]["current"] == run1
 
 
-def test_two_nodes_serve_one_two_rank_server(cli: Any, slurm: SlurmLab, tmp_path: Path) -> None:
+def test_two_nodes_serve_one_two_rank_server(cli: Any, slurm: SlurmLab, tmp_path: Path, monkeypatch: Any) -> None:
+    """...and each rank gets the profile's secret, fed to its own node's step."""
     v1, _ = write_inputs(tmp_path, PORT + 1, gates=True)
     on_cluster(v1, "slurm-two", parallel={"tp": 1, "nnodes": 2, "dist_init_port": PORT + 2})
+    with_secret(v1, monkeypatch)
     common = [
         "--inventory",
         str(cluster_inventory(tmp_path / "hosts.yaml", slurm)),
@@ -180,16 +182,21 @@ def test_two_nodes_serve_one_two_rank_server(cli: Any, slurm: SlurmLab, tmp_path
     assert (release / "head-address").read_text().split()[1] == slurm.node_address("sn0")
     log = (release / "server.log").read_text()
     assert "rank 1 joined" in log and "rank 0 waiting for 1 other node(s)" in log, log[-2000:]
+    ranks = _servers_environments(f"SPECCTL_RELEASE_DIR={release}".encode())
+    assert len(ranks) == 2 and all(f"SLURM_TEST_TOKEN={SECRET}".encode() in env.split(b"\0") for env in ranks)
     cli("stop", str(v1), *common[:2])
 
 
-def test_through_a_login_node_reached_over_ssh(cli: Any, slurm: SlurmLab, lab: SshLab, tmp_path: Path) -> None:
+def test_through_a_login_node_reached_over_ssh(
+    cli: Any, slurm: SlurmLab, lab: SshLab, tmp_path: Path, monkeypatch: Any
+) -> None:
     """The login node is an SSH host (the cluster's commands and their SLURM_CONF travel over SSH);
     the dry run shows the job script without submitting anything."""
     if not lab.use_namespaces:
         pytest.skip("the login node must be a host of its own")
     v1, _ = write_inputs(tmp_path, PORT + 3, gates=True)
     on_cluster(v1, "slurm-ssh")
+    with_secret(v1, monkeypatch)  # fed over the SSH connection to the login node
     inventory = tmp_path / "hosts.yaml"
     lab.inventory(inventory, sys.executable)
     data = yaml.safe_load(inventory.read_text())
@@ -222,6 +229,9 @@ def test_through_a_login_node_reached_over_ssh(cli: Any, slurm: SlurmLab, lab: S
     assert done.code == 0, done.stdout + done.stderr
     [run_id] = jobs(slurm, "slurm-ssh")
     assert done.json()["hosts"][0]["release"] == run_id
+    release = slurm.shared_dir / "specctl-ssh" / "slurm-ssh" / "releases" / run_id
+    [env] = _servers_environments(f"SPECCTL_RELEASE_DIR={release}".encode())
+    assert f"SLURM_TEST_TOKEN={SECRET}".encode() in env.split(b"\0")
     assert cli("stop", str(v1), *common[:4]).code == 0 and jobs(slurm, "slurm-ssh") == {}
 
 
@@ -420,3 +430,61 @@ def test_status_says_when_the_time_limit_stops_serving_and_explains_the_job_it_e
     assert status["ended"].startswith(f"job {job} ended at "), status
     assert "TIMEOUT (its time limit was reached; reason TimeLimit" in status["ended"], status
     assert "not running: job " in cli("status", str(v1), *common[:2]).stdout
+
+
+SECRET = "hf_slurm-s3cr3t-planted-by-the-test-7731"
+
+
+def with_secret(profile: Path, monkeypatch: Any) -> None:
+    """The profile lists SLURM_TEST_TOKEN under its secrets, and specctl's environment holds it."""
+    data = yaml.safe_load(profile.read_text())
+    data["secrets"] = ["SLURM_TEST_TOKEN"]
+    profile.write_text(yaml.safe_dump(data, sort_keys=False))
+    monkeypatch.setenv("SLURM_TEST_TOKEN", SECRET)
+
+
+def _servers_environments(marker: bytes) -> list[bytes]:
+    """The environment of every server (the reference engine) on this machine, the lab's nodes'
+    included, whose environment holds `marker`."""
+    found = []
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            env, argv = (proc / "environ").read_bytes(), (proc / "cmdline").read_bytes()
+        except OSError:
+            continue
+        if marker in env.split(b"\0") and b"specctl.engines.reference" in argv:
+            found.append(env)
+    return found
+
+
+def test_secrets_reach_the_server_and_no_file_nor_the_controller(
+    cli: Any, slurm: SlurmLab, tmp_path: Path, monkeypatch: Any
+) -> None:
+    """The secret is fed to the running job's step over specctl's connection: not in sbatch's
+    environment (which the controller keeps in its state files), the job script, `scontrol show job`,
+    the release directory or any file of the cluster."""
+    v1, _ = write_inputs(tmp_path, PORT + 8, gates=True)
+    on_cluster(v1, "slurm-secret")
+    with_secret(v1, monkeypatch)
+    common = ["--inventory", str(cluster_inventory(tmp_path / "hosts.yaml", slurm)), "--ledger", str(tmp_path / "l.db")]
+    done = cli("--json", "deploy", str(v1), "--baseline", "skip", "--no-verify", *common)
+    assert done.code == 0, done.stdout + done.stderr
+    [(run_id, job)] = [(r, j) for r, j in _job_ids(slurm, "slurm-secret").items()]
+    release = slurm.shared_dir / "specctl" / "slurm-secret" / "releases" / run_id
+    servers = _servers_environments(f"SPECCTL_RELEASE_DIR={release}".encode())
+    assert servers and all(f"SLURM_TEST_TOKEN={SECRET}".encode() in env.split(b"\0") for env in servers)
+    shown = slurm.run("scontrol", "show", "job", "-dd", job, check=True).stdout
+    assert f"JobId={job}" in shown and SECRET not in shown
+    assert "SLURM_TEST_TOKEN" in (release / "job.sbatch").read_text()  # by name only
+    for path in slurm.workdir.rglob("*"):  # the controller's state, the nodes' spool, logs, every release
+        if path.is_file() and not path.is_symlink():
+            assert SECRET.encode() not in path.read_bytes(), path
+    assert not list(release.glob("*.fifo"))
+    cli("stop", str(v1), *common[:2])
+
+
+def _job_ids(slurm: SlurmLab, profile: str) -> dict[str, str]:
+    """run id -> job id of the profile's running jobs."""
+    out = slurm.run("squeue", "-h", "-t", "RUNNING", "-o", "%j %i", check=True).stdout.splitlines()
+    prefix = job_name(profile, "")
+    return {n.removeprefix(prefix): i for n, i in (line.split() for line in out) if n.startswith(prefix)}

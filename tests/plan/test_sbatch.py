@@ -13,7 +13,7 @@ from specctl.constants import HEAD_ADDRESS
 from specctl.flows import static
 from specctl.plan.plan import Plan
 from specctl.plan.render import render_sh
-from specctl.plan.sbatch import HEAD_FILE, JOB_FILE, JobSettings, job_name, render_sbatch
+from specctl.plan.sbatch import HEAD_FILE, JOB_FILE, SECRETS_COMMENT, JobSettings, job_name, render_sbatch
 from specctl.profile.inventory import SlurmCluster
 from specctl.release.slurm import job_files
 from tests.factory import Scenario, merge
@@ -116,3 +116,48 @@ def test_the_head_address_is_the_launch_lines_only_expansion(tmp_path: Path) -> 
     script = render_sh(plan, plan.nodes[1])
     [exec_line] = [line for line in script.splitlines() if line.startswith("exec ")]
     assert '"${SPECCTL_HEAD_ADDRESS}":50000' in exec_line and exec_line.count("$") == 1
+
+
+def test_a_steps_secrets_come_through_its_pipe_whole_and_only_whole(tmp_path: Path) -> None:
+    """The step's reading of its named pipe, run by the real `sh`: values with spaces, quotes and
+    newlines arrive exactly; a feed cut before its closing "." starts nothing."""
+    import base64
+    import threading
+
+    from specctl.plan.sbatch import _secrets_read
+
+    values = {"HF_TOKEN": "hf_abc 'q' \"d\"\n$x", "OTHER": ""}
+    fed = "".join(f"{k}={base64.b64encode(v.encode()).decode()}\n" for k, v in values.items())
+    env = {**os.environ, "SLURM_JOB_ID": "7", "SLURMD_NODENAME": "n0"}
+    pipe = tmp_path / "secrets-7-n0.fifo"
+
+    def feed(text: str) -> None:
+        while not pipe.exists():
+            pass
+        pipe.write_text(text)
+
+    for text, whole in ((fed + ".\n", True), (fed, False)):
+        writer = threading.Thread(target=feed, args=(text,))
+        writer.start()
+        step = _secrets_read() + 'printf "%s|" "$HF_TOKEN" "${OTHER-unset}"'
+        done = subprocess.run(["sh", "-c", step], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=30)
+        writer.join()
+        assert not pipe.exists()
+        if whole:
+            assert done.returncode == 0 and done.stdout == values["HF_TOKEN"] + "||", done
+        else:
+            assert done.returncode == 1 and "no secrets came to n0" in done.stderr and not done.stdout
+
+
+def test_secrets_are_named_in_the_job_script_never_valued(tmp_path: Path) -> None:
+    s = Scenario(tmp_path)
+    s.profile = merge(s.profile, {"secrets": ["HF_TOKEN"]})
+    report = static.check(s.write())
+    plan = static.plan(report, node0_address=HEAD_ADDRESS)
+    script = render_sbatch(plan, JobSettings("/shared/p/releases/r1", "/shared/p", "r1", plan.profile))
+    assert f"{SECRETS_COMMENT} HF_TOKEN" in script.splitlines() and "mkfifo -m 600" in script
+    plain = render_sbatch(
+        static.plan(static.check(Scenario(tmp_path / "b").write()), node0_address=HEAD_ADDRESS),
+        JobSettings("/s/p/releases/r1", "/s/p", "r1", "p"),
+    )
+    assert "mkfifo" not in plain and SECRETS_COMMENT not in plain
