@@ -315,16 +315,17 @@ def main() -> None:
     api = HfApi()
     plans: list[tuple[str, str, dict[str, int | None], str, int]] = []
     published: dict[str, dict[str, str]] = {}  # repo -> file -> "sha256:<hex>" (LFS) or "git:<blob id>"
+    hub_down = "the Hub is not asked (--offline)" if offline else None  # once unanswered, not asked again
     for item in todo:
         repo, revision = item["repo"], item.get("revision")
         try:
-            if offline:
-                raise OfflineError("the Hub is not asked (--offline)")
+            if hub_down is not None:
+                raise OfflineError(hub_down)
             info = api.model_info(repo, revision=revision, files_metadata=True, timeout=HUB_TIMEOUT_S)
         except Exception as exc:  # noqa: BLE001 - reported by kind
             if not verify and (isinstance(exc, OfflineError) or unreached(exc)):
-                why = str(exc) if isinstance(exc, OfflineError) else f"the Hub did not answer ({type(exc).__name__})"
-                emit(event="staged", fetched=0, **recognised(repo, revision, why))
+                hub_down = hub_down or f"the Hub did not answer ({type(exc).__name__})"
+                emit(event="staged", fetched=0, **recognised(repo, revision, hub_down))
                 continue
             kind = kind_of(exc)
             if verify and unreached(exc):
