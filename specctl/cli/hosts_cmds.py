@@ -196,13 +196,23 @@ def stage(
             table.add_row(
                 r.host,
                 s.repo,
-                s.state() + (f", {size_text(s.hashed)} hashed against the Hub's checksums" if verify else ""),
+                (
+                    f"verified: {size_text(s.hashed)} hashed again"
+                    + (f", fetched {size_text(s.fetched)}" if s.fetched else "")
+                )
+                if verify
+                else s.state(),
             )
         for planned in r.planned:
             table.add_row(r.host, planned.repo, f"would fetch {size_text(planned.fetch)} of {size_text(planned.bytes)}")
         if r.ok and not r.staged and not r.planned:
             table.add_row(r.host, "-", "nothing to stage (the models are paths on the host)")
     output.result({"profile": p.metadata.name, "dry_run": dry_run, "hosts": [r.to_dict() for r in reports]}, table)
+    for why in sorted({s.unverified for r in reports for s in r.staged if s.unverified}):
+        output.hint(
+            f"content unverified: {why}. Complete by size (the snapshot's index and shard headers); "
+            "`specctl stage --verify` checks it against the Hub's checksums"
+        )
     if not all(r.ok for r in reports):
         raise typer.Exit(HostError.exit_code)
 

@@ -73,7 +73,7 @@ class Staged:
     def state(self) -> str:
         """How a person reads it: its size, what was fetched, whether its content was checked."""
         fetched = f", fetched {size_text(self.fetched)}" if self.fetched else ""
-        checked = f", content unverified: {self.unverified}" if self.unverified else ""
+        checked = ", content unverified" if self.unverified else ""
         return f"staged ({size_text(self.bytes)}{fetched}){checked}"
 
     def checksums(self) -> dict[str, Any]:
