@@ -4,6 +4,7 @@ check), a work directory left to try the next commands in, and nothing left runn
 
 from __future__ import annotations
 
+import json
 import socket
 import time
 from pathlib import Path
@@ -51,12 +52,13 @@ def test_demo_json_tells_the_whole_story(cli: Any, tmp_path: Path) -> None:
     ]
     assert data["as_expected"] is True
 
-    # v1 through the real deploy: verified on the accept-length gate, known-good
+    # v1 through the real deploy: verified on the accept-length gate, and its record says so
     [v1] = steps["deploy-v1"]["hosts"]
     gate = {g["name"]: g for g in v1["verdict"]["gates"]}["accept_length"]
     assert v1["ok"] and v1["verdict"]["passed"] and gate["threshold"] == 3.0 and gate["interval"]["estimate"] > 3.0
     state = work / "hosts" / "local" / "tiny-llama-demo"
-    assert (state / "known-good").resolve().name == v1["release"]
+    kept = json.loads((state / "releases" / v1["release"] / "record.json").read_text())
+    assert kept["verification"]["state"] == "verified" and kept["verification"]["gates"][0]["low"] > 3.0
     # v2 deployed past its failing check: verify fails on accept length, the host rolls back to v1 by itself
     assert "--skip-check" in steps["deploy-v2"]["command"]
     [v2] = steps["deploy-v2"]["hosts"]

@@ -35,7 +35,7 @@ def demo(
     ] = 24,
     json_mode: JsonOpt = False,
 ) -> None:
-    """Deploy v1 of a profile for the tiny models here (verified, known-good), measure the baseline,
+    """Deploy v1 of a profile for the tiny models here (verified), measure the baseline,
     deploy v2 with a same-width wrong capture list and watch verify fail and roll back by itself;
     then the ledger's runs, the diff of the two deploys, and the check that would have refused v2."""
     from rich.status import Status

@@ -128,10 +128,11 @@ def rollback(
     accept_new_host_key: AcceptOpt = False,
     json_mode: JsonOpt = False,
 ) -> None:
-    """Restart a stored release (default: the newest verified one that is not current), verify it,
-    switch `current` (and `known-good` when it passes). Exit 1 when its verify fails."""
+    """Restart a stored release (default: the newest verified one that is not serving), switch
+    `current` and verify it; a release that spans nodes comes back on every node rank at once. Exit 1
+    when its verify fails."""
     from specctl.cli.views import show_reports
-    from specctl.flows.rollback import rollback as rollback_flow
+    from specctl.flows.rollback import rollback_hosts
     from specctl.ledger.ledger import Ledger, ledger_path
 
     output = command_output(ctx, json_mode)
@@ -140,7 +141,7 @@ def rollback(
     with recorded(
         output, ledger=ledger, reason=reason, ssh_config=ssh_config, accept_new_host_key=accept_new_host_key
     ) as rc:
-        reports = [rollback_flow(rc, host, name, to_run=to_run, to_version=to_version) for host in selected]
+        reports = rollback_hosts(rc, selected, name, to_run=to_run, to_version=to_version)
     show_reports(output, reports, f"rollback {name}")
     if not all(r.passed for r in reports):
         raise typer.Exit(CheckFailed.exit_code)

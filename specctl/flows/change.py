@@ -19,6 +19,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from specctl.constants import STARTUP_BUDGET_S
 from specctl.engines import get_engine
@@ -29,6 +30,7 @@ from specctl.flows.steps import Step, Undo
 from specctl.release import release as rel
 from specctl.release import staging
 from specctl.release.readiness import wait_ready
+from specctl.release.record import Life
 
 Files = dict[str, tuple[bytes, int] | str]
 CONFIRM_MARGIN_S = 30.0  # past its start-up budget, how long a started release may wait to be made current
@@ -60,6 +62,26 @@ class Change:
     running: dict[str, int] = field(default_factory=dict)  # run id -> handle of the profile's servers, at preflight
     handle: int | None = None  # the started server's process group, or job id
     startup_s: float | None = None
+    replaced_as: Life = "superseded"  # what the release `current` named before becomes (a rollback's: rolled-back)
+    switched: bool = False
+
+    @classmethod
+    def stored(cls, session: HostSession, run_id: str, **options: Any) -> Change:
+        """Bringing back a release already on the host, from its own files and documents (rollback,
+        tune giving the host back); `options` are the other fields (a rollback's `replaced_as`)."""
+        release = session.release(run_id)
+        docs = session.docs(run_id)
+        engine = get_engine(docs.profile.engine.name)
+        return cls(
+            session,
+            release,
+            port=docs.port,
+            python=docs.profile.engine.python,
+            distribution=engine.distribution(),
+            startup_phases=engine.startup_phases(),
+            budget_s=rel.startup_budget(release, STARTUP_BUDGET_S),
+            **options,
+        )
 
     def steps(self) -> list[Step]:
         return [
@@ -222,14 +244,16 @@ def start(c: Change) -> Undo | None:
                 fix="free the port, or set engine.port to another one",
             )
     s.progress("starting" if s.platform.on_host else "submitting")
+    c.release.update_record(life="pending")  # before the start: a write lost with the host leaves nothing started
     c.handle = s.platform.start(c.release, confirm_within_s=c.budget_s + CONFIRM_MARGIN_S, env=s.ctx.secrets_env)
-    release = c.release
-    return lambda: _stop(s, release)
+    return lambda: _stop(c)
 
 
-def _stop(s: HostSession, release: rel.Release) -> None:
-    s.progress(f"stopping {release.run_id}")
-    s.platform.stop(release)
+def _stop(c: Change) -> None:
+    """Stop the release that was started, and record how its start ended: undone after it served, or failed."""
+    c.session.progress(f"stopping {c.release.run_id}")
+    c.session.platform.stop(c.release)
+    c.release.update_record(life="rolled-back" if c.switched else "failed-start")
 
 
 def ready(c: Change) -> None:
@@ -262,14 +286,26 @@ def ready(c: Change) -> None:
 
 
 def switch(c: Change) -> Undo | None:
-    """Point `current` at the release; the undo points it back (or removes it, when nothing was there)."""
+    """Point `current` at the release and record it serving (the one before: superseded, or rolled
+    back); the undo points it back (or removes it, when nothing was there)."""
     s = c.session
     release = c.release
     before = c.previous if release.profile == s.profile else rel.linked(s.transport, s.root, release.profile)
     rel.switch(release, startup_s=c.startup_s)
-    if before is not None:
-        return lambda: rel.switch(s.release(before, release.profile))
-    return lambda: rel.unlink(s.transport, release.base)
+    c.switched = True
+    release.update_record(life="serving")
+    if before is not None and before != release.run_id:
+        s.release(before, release.profile).update_record(life=c.replaced_as)
+
+    def undo() -> None:
+        if before is None:
+            rel.unlink(s.transport, release.base)
+        else:
+            rel.switch(s.release(before, release.profile))
+            s.release(before, release.profile).update_record(life="serving")
+        release.update_record(life="rolled-back")
+
+    return undo
 
 
 def retire(s: HostSession, keep: str) -> list[str]:

@@ -7,7 +7,7 @@ work directory, and a ledger. Then it runs the flows the commands run, on the `l
 same release, staging and verify code as an SSH host):
 
     check v1                  ok
-    deploy v1                 verified (accept length gate 3.0), becomes known-good
+    deploy v1                 verified (accept length gate 3.0), recorded verified
     baseline v1               the target without speculation: speedup has something to divide by
     deploy v2 --skip-check    verify fails on accept length; the host rolls back to v1 by itself
     runs, diff                what the ledger recorded, and what changed between the two deploys

@@ -27,7 +27,7 @@ from specctl.flows.change import Change, Files, NodeGate, retire
 from specctl.flows.recorder import Recorder, let_go_all, recording
 from specctl.flows.release_files import release_contents
 from specctl.flows.report import HostReport, profile_fields
-from specctl.flows.rollback import rollback
+from specctl.flows.rollback import rollback, rollback_nodes
 from specctl.flows.session import Context, HostSession, error_text
 from specctl.flows.static import CheckReport, plan
 from specctl.flows.steps import Walk
@@ -37,6 +37,7 @@ from specctl.hosts.inventory import HostSpec
 from specctl.plan.findings import Severity
 from specctl.plan.plan import Plan
 from specctl.release.platform import platform_type
+from specctl.release.record import Verification, now
 from specctl.release.staging import Staged, host_env, profile_checkpoints
 
 
@@ -110,6 +111,7 @@ class Deploy:
     gate: NodeGate | None  # multi-node only
     stage: bool = True  # False: the engine downloads Hub checkpoints itself when it starts (after the stop)
     stage_gate: StageGate | None = None  # with Hub checkpoints to stage: every host stages before any stops
+    previous: dict[str, str | None] = field(default_factory=dict)  # host -> what `current` named when it began
 
     def host(self, rank: int, session: HostSession) -> HostReport:
         """One host's deploy, start to end, under its lock (held until the run's copy is kept)."""
@@ -147,10 +149,13 @@ class Deploy:
                 + "".join(f"; {error}" for error in walk.undo_errors),
                 rolled_back=True,
             )
+        self.previous[session.name] = change.previous
         ready = f"ready in {change.startup_s:.1f} s" if change.startup_s is not None else f"node rank {rank}"
         result = HostReport(session.name, True, self.rec.run_id, ready)
         if self.run_verify and rank == 0:
             self.verify(session, result, change.previous)
+        elif not self.run_verify:
+            change.release.update_record(verification=Verification("skipped", self.rec.run_id, now()))
         if result.passed or not self.run_verify:
             self._retire(session, result)
         return result
@@ -224,8 +229,9 @@ class Deploy:
 
     def verify(self, session: HostSession, result: HostReport, previous: str | None) -> None:
         """Verify, then keep the release, or put back exactly the release that was current when the deploy
-        began (`previous`), verified or not, as Helm's --atomic does (single node only). With none there
-        is nothing to put back: the failed release keeps serving, and the result says so."""
+        began (`previous`), verified or not, as Helm's --atomic does (a multi-node release is put back
+        on every rank at once: `restore_nodes`). With none there is nothing to put back: the failed
+        release keeps serving, and the result says so."""
         try:
             verdict = verify_and_record(
                 self.rec, session, self.rec.run_id, report=self.report, baseline_mode=self.baseline_mode
@@ -251,6 +257,42 @@ class Deploy:
             result.detail += f"; verify FAILED and {previous} could not be restored: {exc.message}"
             return
         result.rolled_back_to, result.rollback_verdict = back.rolled_back_to, back.rollback_verdict
+
+    def restore_nodes(self, hosts: Sequence[HostSpec], reports: dict[str, HostReport]) -> None:
+        """Multi-node: node rank 0's verify failed (every rank is up): every rank's record says so, and
+        the release that ran before comes back on every rank at once, or the result says why not."""
+        head = reports[hosts[0].name]
+        verification = self.ctx.session(hosts[0], self.plan_name).release(self.rec.run_id).record().verification
+        for h in hosts[1:]:
+            self.ctx.session(h, self.plan_name).release(self.rec.run_id).update_record(verification=verification)
+        if head.passed or not self.auto_rollback:
+            return
+        before = {self.previous.get(h.name) for h in hosts}
+        if before == {None}:
+            head.detail += "; verify FAILED and no release served before this deploy: it keeps serving"
+            return
+        if len(before) != 1:
+            head.detail += "; verify FAILED and the node ranks served different releases before: it keeps serving"
+            return
+        (previous,) = before
+        assert previous is not None
+        self.ctx.session(hosts[0], self.plan_name).progress(f"verify failed: restoring {previous} on every node rank")
+        try:
+            back = rollback_nodes(
+                self.ctx, hosts, self.plan_name, to_run=previous, parent=self.rec.run_id, report=self.report
+            )
+        except (InputError, HostError) as exc:
+            head.detail += f"; verify FAILED and {previous} could not be restored: {exc.message}"
+            return
+        for h, r in zip(hosts, back, strict=True):
+            reports[h.name].rolled_back_to = r.rolled_back_to
+            reports[h.name].rollback_verdict = r.rollback_verdict
+            if not r.ok:
+                reports[h.name].detail += f"; restoring {previous}: {r.detail}"
+
+    @property
+    def plan_name(self) -> str:
+        return self.report.inputs.profile.metadata.name
 
 
 def deploy(
@@ -325,6 +367,8 @@ def deploy(
             ctx.cancel.check()
             reports = {h: group.results[h] for h in group.results}
             if nnodes > 1:  # one server: node rank 0's verdict is every node's
+                if run_verify and all(r.ok for r in reports.values()):
+                    flow.restore_nodes(hosts, reports)
                 for h in hosts[1:]:
                     reports[h.name].verdict = reports[hosts[0].name].verdict
             commands = [list(n.argv) for n in the_plan.nodes]

@@ -86,15 +86,6 @@ def let_go_all(sessions: Sequence[HostSession]) -> None:
         parallel({s.name: s for s in holding}, lambda s: s.let_go())
 
 
-def keep_verdict(release: rel.Release, passed: bool, run_id: str) -> None:
-    from specctl.ledger.records import now
-
-    release.transport.put(
-        release.path(rel.VERDICT_FILE),
-        (json.dumps({"passed": passed, "run": run_id, "at": now()}, sort_keys=True) + "\n").encode(),
-    )
-
-
 @contextmanager
 def recording(ctx: Context, kind: str, *, hosts: Sequence[str], **fields: Any) -> Iterator[Recorder]:
     """Open a run for the block; it closes as the block ends (killed by a signal, failed by an

@@ -17,6 +17,7 @@ from specctl.profile.profile import is_local_path
 from specctl.release import release as rel
 from specctl.release.documents import PLAN_FILE, PROFILE_FILE
 from specctl.release.platform import Files, Platform
+from specctl.release.record import RECORD_FILE, first_record
 from specctl.release.staging import Staged
 from specctl.verdict.workload import Workload, load_workload
 
@@ -47,7 +48,8 @@ def profile_workload(report: CheckReport) -> Workload:
 
 def release_documents(report: CheckReport, p: Plan) -> dict[str, Any]:
     """What a release keeps of its inputs: resolved profile, plan, manifest, checkpoint facts, the
-    pinned workload (so a rollback verifies on the very same prompts) and a one-line summary."""
+    pinned workload (so a rollback verifies on the very same prompts), a one-line summary and its
+    first record (staged, never verified)."""
     inputs = report.inputs
     profile = inputs.profile
     workload = profile_workload(report)
@@ -60,6 +62,7 @@ def release_documents(report: CheckReport, p: Plan) -> dict[str, Any]:
             "drafter": inputs.drafter.summary() if inputs.drafter else None,
         },
         rel.WORKLOAD_FILE: workload.raw.decode(),
+        RECORD_FILE: first_record(profile.metadata.version),
         rel.SUMMARY_FILE: json.dumps(
             {
                 "profile": profile.metadata.name,

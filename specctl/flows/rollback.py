@@ -1,80 +1,42 @@
-"""Rollback: restart an exact stored release, verify it again, move `current`
-(and `known-good` when it passes). By default the rollback chooses the newest release on that host whose
-verdict passed and which is not current; the host's own files say which those are."""
+"""Rollback: restart an exact stored release, move `current`, verify it again. By default the
+rollback chooses the newest verified release on that host that is not serving; the host's release
+records (release/record.py) say which those are."""
 
 from __future__ import annotations
 
-import json
-from dataclasses import dataclass
+import threading
+from collections.abc import Sequence
 from typing import Any
 
-from specctl.constants import STARTUP_BUDGET_S
-from specctl.engines import get_engine
 from specctl.errors import HostError, InputError
-from specctl.flows.change import Change, retire
+from specctl.flows.change import Change, NodeGate, retire
 from specctl.flows.recorder import recording
 from specctl.flows.report import HostReport
-from specctl.flows.session import Context
+from specctl.flows.session import Context, HostSession, error_text
 from specctl.flows.static import CheckReport
 from specctl.flows.steps import Walk
 from specctl.flows.verify import verify_and_record
+from specctl.hosts.group import run_group
 from specctl.hosts.inventory import HostSpec
 from specctl.hosts.transport import Transport
+from specctl.release import record
 from specctl.release import release as rel
+from specctl.release.record import ReleaseRecord
 
 
-@dataclass(frozen=True)
-class ReleaseState:
-    """One release directory as the host describes it."""
-
-    run_id: str
-    version: int | None
-    passed: bool | None  # None: never verified
-
-
-# For every release: its id, its one-line summary and its verdict (tab-separated; empty when absent).
-_STATES = r"""
-for d in "$1"/releases/*/; do
-  [ -d "$d" ] || continue
-  case $d in *.part.*/) continue;; esac
-  id=${d%/}; id=${id##*/}
-  printf '%s\t%s\t%s\n' "$id" "$(tr -d '\n\t' < "$d/release.json" 2>/dev/null)" \
-    "$(tr -d '\n\t' < "$d/verdict.json" 2>/dev/null)"
-done
-"""
-
-
-def release_states(transport: Transport, root: str, profile: str) -> list[ReleaseState]:
-    """Every release of the profile on the host, oldest first (run ids sort by time)."""
-    done = transport.run(["sh", "-c", _STATES, "sh", f"{root}/{profile}"])
-    states = []
-    for line in done.stdout.splitlines():
-        run_id, summary, verdict = (line.split("\t") + ["", ""])[:3]
-        version = _json(summary).get("version")
-        passed = _json(verdict).get("passed")
-        states.append(
-            ReleaseState(
-                run_id, int(version) if isinstance(version, int) else None, passed if isinstance(passed, bool) else None
-            )
-        )
-    return sorted(states, key=lambda s: s.run_id)
-
-
-def _json(text: str) -> dict[str, Any]:
-    try:
-        value = json.loads(text) if text else {}
-    except ValueError:
-        return {}
-    return value if isinstance(value, dict) else {}
+def release_records(transport: Transport, root: str, profile: str) -> list[ReleaseRecord]:
+    """Every release of the profile on the host, oldest first, as the host's records say."""
+    return record.read_all(transport, f"{root}/{profile}")[1]
 
 
 def choose_release(
-    states: list[ReleaseState], current: str | None, *, to_run: str | None = None, to_version: int | None = None
-) -> ReleaseState:
-    """The rollback's choice, the release to go back to: the named run, the newest passing release of a version, or the
-    newest passing release that is not current."""
+    records: list[ReleaseRecord], current: str | None, *, to_run: str | None = None, to_version: int | None = None
+) -> ReleaseRecord:
+    """The rollback's choice, the release to go back to: the named run (whatever its record says), the
+    newest release of a version whose verify did not fail, or the newest verified release that is not
+    serving. A tune candidate is chosen only by name."""
     if to_run:
-        match = [s for s in states if s.run_id == to_run or s.run_id.startswith(to_run)]
+        match = [r for r in records if r.run_id == to_run or r.run_id.startswith(to_run)]
         if len(match) != 1:
             raise InputError(
                 f"no single release {to_run!r} on the host"
@@ -83,9 +45,16 @@ def choose_release(
                 fix="`specctl runs` lists run ids; a deploy's run id is its release's name",
             )
         return match[0]
-    candidates = [s for s in states if s.passed and s.run_id != current]
+    candidates = [r for r in records if r.verified and r.run_id != current]
     if to_version is not None:
-        candidates = [s for s in states if s.version == to_version and s.passed is not False]
+        candidates = [
+            r
+            for r in records
+            if r.version == to_version
+            and r.verification.state != "failed"
+            and not r.verification.tune_candidate
+            and r.life != "failed-start"
+        ]
         if not candidates:
             raise InputError(
                 f"no release of version {to_version} that did not fail verify on the host",
@@ -93,8 +62,8 @@ def choose_release(
             )
     if not candidates:
         raise InputError(
-            "no verified release to roll back to (none passed verify, other than the current one)",
-            fix="deploy a known-good profile version, or name a release with --to RUN",
+            "no verified release to roll back to (none passed verify, other than the serving one)",
+            fix="deploy a profile version that passes verify, or name a release with --to RUN",
         )
     return candidates[-1]
 
@@ -110,15 +79,14 @@ def rollback(
     report: CheckReport | None = None,
 ) -> HostReport:
     """Go back to a stored release on one host: stop what runs, start the release from its own
-    files, switch `current`, verify it, and point `known-good` at it when it passes. A recorded run;
-    a release that is not whole is refused before anything stops."""
+    files, switch `current` (the release it replaces is recorded rolled-back) and verify it. A
+    recorded run; a release that is not whole is refused before anything stops."""
     session = ctx.session(host, profile)
     current = session.current()
     chosen = choose_release(
-        release_states(session.transport, session.root, profile), current, to_run=to_run, to_version=to_version
+        release_records(session.transport, session.root, profile), current, to_run=to_run, to_version=to_version
     )
     docs = session.docs(chosen.run_id)
-    release = session.release(chosen.run_id)
     held = False
     try:
         with recording(
@@ -134,16 +102,7 @@ def rollback(
         ) as rec:
             session.hold(rec.run_id)
             held = True
-            engine = get_engine(docs.profile.engine.name)
-            change = Change(
-                session,
-                release,
-                port=docs.port,
-                python=docs.profile.engine.python,
-                distribution=engine.distribution(),
-                startup_phases=engine.startup_phases(),
-                budget_s=rel.startup_budget(release, STARTUP_BUDGET_S),
-            )
+            change = Change.stored(session, chosen.run_id, replaced_as="rolled-back")
             Walk(rec.events(host.name), before=ctx.cancel.check).run(change.steps())
             try:
                 retire(session, chosen.run_id)  # a cluster's job that replaced it stops now that it is current again
@@ -151,12 +110,9 @@ def rollback(
                 session.progress(
                     f"the servers of the releases after {chosen.run_id} could not be stopped: {exc.message}"
                 )
-            mode = (
-                "auto"
-                if report is not None and report.inputs.profile_sha256 == docs.summary.get("sha256")
-                else "ledger"
+            verdict = verify_and_record(
+                rec, session, chosen.run_id, report=report, baseline_mode=_baseline_mode(report, docs.summary)
             )
-            verdict = verify_and_record(rec, session, chosen.run_id, report=report, baseline_mode=mode)
             rec.outcome.status = "succeeded" if verdict.passed else "failed"
             rec.outcome.verdict = {
                 "passed": verdict.passed,
@@ -178,3 +134,124 @@ def rollback(
         chosen.run_id,
         verdict.to_dict(),
     )
+
+
+def _baseline_mode(report: CheckReport | None, summary: dict[str, Any]) -> str:
+    """Measure a missing baseline only for the profile the caller checked; else use the ledger's."""
+    return "auto" if report is not None and report.inputs.profile_sha256 == summary.get("sha256") else "ledger"
+
+
+def rollback_hosts(
+    ctx: Context,
+    hosts: Sequence[HostSpec],
+    profile: str,
+    *,
+    to_run: str | None = None,
+    to_version: int | None = None,
+) -> list[HostReport]:
+    """`specctl rollback`: each host on its own, or every node rank at once when the profile's
+    releases span nodes (their ranks must start together: node rank r on host r)."""
+    if len(hosts) > 1:
+        head = ctx.session(hosts[0], profile)
+        current = head.current()
+        chosen = choose_release(
+            release_records(head.transport, head.root, profile), current, to_run=to_run, to_version=to_version
+        )
+        if head.docs(chosen.run_id).profile.parallel.nnodes > 1:
+            return rollback_nodes(ctx, hosts, profile, to_run=chosen.run_id)
+    return [rollback(ctx, host, profile, to_run=to_run, to_version=to_version) for host in hosts]
+
+
+def rollback_nodes(
+    ctx: Context,
+    hosts: Sequence[HostSpec],
+    profile: str,
+    *,
+    to_run: str,
+    parent: str | None = None,
+    report: CheckReport | None = None,
+) -> list[HostReport]:
+    """Bring a multi-node release (`to_run`, a deploy's run id: the same on every node rank) back on
+    every rank at once, node rank r on host r, and verify it through node rank 0. Every host's
+    release must be whole before anything stops; a rank that fails to come back takes every other
+    rank back to what ran before (as a deploy does). A recorded run; every rank's record gets rank
+    0's verification."""
+    sessions = [ctx.session(h, profile) for h in hosts]
+    head = sessions[0]
+    current = head.current()
+    for s in sessions:
+        missing = rel.missing_files(s.release(to_run))
+        if missing:
+            raise InputError(
+                f"{s.name}: release {to_run} is not whole: it lacks {', '.join(missing)}",
+                fix="nothing was stopped; choose another release (specctl runs) or deploy the profile again",
+            )
+    docs = head.docs(to_run)
+    gate, barrier, guard = NodeGate(), threading.Barrier(len(hosts)), threading.Lock()
+    failed: list[str] = []
+    reports: dict[str, HostReport] = {}
+    with recording(
+        ctx,
+        "rollback",
+        hosts=[h.name for h in hosts],
+        parent=parent,
+        profile=docs.profile.model_dump(mode="json", by_alias=True),
+        profile_sha256=docs.summary.get("sha256"),
+        engine=docs.profile.engine.name,
+        engine_version=docs.profile.engine.version,
+        inputs={"from": current, "to": to_run},
+    ) as rec:
+
+        def one(rank: int, session: HostSession) -> None:
+            walk = Walk(rec.events(session.name), before=ctx.cancel.check)
+            failure: BaseException | None = None
+            try:
+                session.hold(rec.run_id)
+                change = Change.stored(session, to_run, replaced_as="rolled-back", ready_gate=gate, node_rank=rank)
+                walk.run(change.steps())
+            except BaseException as exc:  # noqa: BLE001 - undone by the walk; every rank must reach the barrier
+                failure = exc
+                gate.open(False)
+                with guard:
+                    failed.append(session.name)
+            barrier.wait()
+            if failure is not None:
+                reports[session.name] = HostReport(session.name, False, None, error_text(failure))
+            elif failed:
+                walk.unwind()
+                reports[session.name] = HostReport(
+                    session.name, False, None, f"undone: node rank(s) on {', '.join(failed)} did not come back"
+                )
+            else:
+                reports[session.name] = HostReport(session.name, True, to_run, f"node rank {rank} back on {to_run}")
+
+        order = {h.name: i for i, h in enumerate(hosts)}
+        group = run_group(hosts, lambda h: one(order[h.name], sessions[order[h.name]]), max_workers=len(hosts))
+        for error in group.errors.values():
+            raise error
+        ctx.cancel.check()
+        verdict = None
+        if not failed:
+            verdict = verify_and_record(
+                rec, head, to_run, report=report, baseline_mode=_baseline_mode(report, docs.summary)
+            )
+            for s in sessions[1:]:
+                s.release(to_run).update_record(verification=head.release(to_run).record().verification)
+        passed = verdict is not None and verdict.passed
+        rec.outcome.status = "succeeded" if passed else "failed"
+        rec.outcome.verdict = {
+            "passed": passed,
+            "from": current,
+            "to": to_run,
+            "hosts": {h.name: verdict.to_dict() if verdict else None for h in hosts},
+        }
+    rec.keep_all([(s, to_run) for s in sessions])
+    out = []
+    for h in hosts:
+        r = reports[h.name]
+        if r.ok:
+            r.detail = f"rolled back from {current} to {to_run}" + ("" if passed else " (its verify FAILED too)")
+            r.verdict = r.rollback_verdict = verdict.to_dict() if verdict else None
+            r.rolled_back_to = to_run
+        out.append(r)
+    return out

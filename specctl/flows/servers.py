@@ -49,9 +49,11 @@ class HostStatus:
     healthy: bool = False  # and answers a generation
     servers: list[dict[str, Any]] = field(default_factory=list)  # every server of the profile, current or not
     strangers: list[str] = field(default_factory=list)  # pid files naming processes specctl did not start here
-    # how the current release stands, from its verdict file: verified, FAILED verify, a tune candidate,
-    # or UNVERIFIED (deployed with --no-verify, or its verify never finished)
+    # how the current release stands, from its record: verified (with its interval), FAILED verify,
+    # a tune candidate, or UNVERIFIED (deployed with --no-verify, or its verify never finished)
     verification: str | None = None
+    serving_since: str | None = None  # when its record last changed its life (None: a release from before records)
+    record: dict[str, Any] | None = None  # the current release's record (release/record.py), for --json
     locked_by: str | None = None
     error: str | None = None
 
@@ -73,7 +75,8 @@ class HostStatus:
         if job:
             text += f" (job {job})"
         if self.current and self.verification:
-            text += f"; {self.current} {self.verification}"
+            since = f" (serving since {self.serving_since})" if self.serving_since and self.running else ""
+            text += f"; {self.current} {self.verification}{since}"
         if others:
             text += "; ALSO RUNNING, not current: " + ", ".join(s["release"] + _deadline(s) for s in others)
         if self.strangers:
@@ -102,7 +105,9 @@ def status(reach: Reach, profile: str, port: int, hosts: Sequence[HostSpec]) -> 
         found.running = any(s["current"] for s in found.servers)
         release = rel.Release(t, root, profile, found.current) if found.current else None
         if release is not None:
-            found.verification = verification(t.read(release.path(rel.VERDICT_FILE)))
+            kept = release.record(current=True)
+            found.verification, found.serving_since = kept.verification.text, kept.since or None
+            found.record = kept.to_dict()
         if found.running and release is not None:
             serving = rel.port(release) or port
             found.healthy = EngineClient(server_url(platform, release, serving), timeout_s=10).healthy(timeout_s=10)
@@ -115,20 +120,6 @@ def status(reach: Reach, profile: str, port: int, hosts: Sequence[HostSpec]) -> 
         group.results[h.name] if h.name in group.results else HostStatus(h.name, error=error_text(group.errors[h.name]))
         for h in hosts
     ]
-
-
-def verification(raw: bytes | None) -> str:
-    """How a release stands, from its verdict file (release/release.py VERDICT_FILE)."""
-    try:
-        data = json.loads(raw) if raw else None
-    except ValueError:
-        data = None
-    if not isinstance(data, dict):
-        return "UNVERIFIED"
-    if data.get("tune_candidate"):
-        return "is a tune candidate, never verified"
-    at = f" at {data['at']}" if data.get("at") else ""
-    return ("verified" if data.get("passed") else "FAILED verify") + at
 
 
 WATCHDOG_SLACK_S = 90  # past a deadline: the watchdog's grace (TERM, 30 s, KILL), its one-second polls, clocks

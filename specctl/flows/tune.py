@@ -17,7 +17,6 @@ like any deploy.
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -27,8 +26,6 @@ from typing import Any
 import yaml
 
 from specctl.cancel import Cancelled
-from specctl.constants import STARTUP_BUDGET_S
-from specctl.engines import get_engine
 from specctl.errors import HostError, InputError
 from specctl.flows.change import Change, restore
 from specctl.flows.prompts import release_prompts
@@ -44,6 +41,7 @@ from specctl.profile.document import content_sha256
 from specctl.profile.profile import Profile, Tune
 from specctl.release import release as rel
 from specctl.release.platform import platform_type
+from specctl.release.record import Verification, now
 from specctl.release.staging import host_env, profile_checkpoints
 from specctl.verdict import gates as gate
 from specctl.verdict import stats
@@ -58,7 +56,6 @@ OBJECTIVES: dict[str, Callable[..., stats.Interval | None]] = {
     "output_tokens_per_s": gate.throughput,
     "decode_tokens_per_s": gate.decode_throughput,
 }
-CANDIDATE_NOTE = "a tune candidate: measured without gates, never verified (rollback picks it only by name)"
 
 
 @dataclass
@@ -331,20 +328,9 @@ class Search:
 
 
 def _mark_candidate(release: rel.Release, run_id: str) -> None:
-    """The candidate's verdict file: not passed (never verified), so rollback's default and
+    """The candidate's record: never verified, a tune candidate, so rollback's default and
     PROFILE@VERSION never pick it; `rollback --to` it by name still does."""
-    from specctl.ledger.records import now
-
-    release.transport.put(
-        release.path(rel.VERDICT_FILE),
-        (
-            json.dumps(
-                {"passed": False, "run": run_id, "at": now(), "tune_candidate": True, "note": CANDIDATE_NOTE},
-                sort_keys=True,
-            )
-            + "\n"
-        ).encode(),
-    )
+    release.update_record(verification=Verification("none", run_id, now(), (), tune_candidate=True))
 
 
 def give_back(ctx: Context, session: HostSession, original: str | None, events: Events) -> None:
@@ -363,18 +349,7 @@ def give_back(ctx: Context, session: HostSession, original: str | None, events: 
         rel.switch(session.release(original))
         restore(session, original)
         return
-    release = session.release(original)
-    docs = session.docs(original)
-    engine = get_engine(docs.profile.engine.name)
-    change = Change(
-        session,
-        release,
-        port=docs.port,
-        python=docs.profile.engine.python,
-        distribution=engine.distribution(),
-        startup_phases=engine.startup_phases(),
-        budget_s=rel.startup_budget(release, STARTUP_BUDGET_S),
-    )
+    change = Change.stored(session, original)
     session.progress(f"giving the host back to {original}")
     Walk(lambda step, event, detail: events(f"{step} [give back]", event, detail)).run(change.steps())
 

@@ -16,7 +16,7 @@ from specctl.errors import InputError
 from specctl.facts import host as host_facts
 from specctl.flows.baseline import baseline_for
 from specctl.flows.prompts import release_prompts
-from specctl.flows.recorder import Recorder, keep_verdict, let_go_all, recording
+from specctl.flows.recorder import Recorder, let_go_all, recording
 from specctl.flows.report import HostReport, profile_fields
 from specctl.flows.session import Context, HostSession, error_text
 from specctl.flows.static import CheckReport
@@ -24,7 +24,7 @@ from specctl.hosts.group import run_group
 from specctl.hosts.inventory import HostSpec
 from specctl.plan.findings import Finding, Severity
 from specctl.plan.host_checks import check_host
-from specctl.release import release as rel
+from specctl.release.record import Verification, gate_intervals, now
 from specctl.verdict import gates as gate
 from specctl.verdict.client import EngineClient
 from specctl.verdict.engine_errors import EngineHTTPError
@@ -178,8 +178,8 @@ def verify_and_record(
     baseline_mode: str,
     extra_findings: Sequence[Finding] = (),
 ) -> HostVerdict:
-    """The verify step of every flow: measure against the matching baseline, record the verdict in
-    the ledger and in the release, and move `known-good` when it passed. The caller holds the lock."""
+    """The verify step of every flow: measure against the matching baseline, and record the verdict in
+    the ledger and in the release's record (the one writer of a verification). The caller holds the lock."""
     verdict = verify_release(session, run_id, baseline=baseline_for(session, run_id, report, baseline_mode))
     verdict.findings = [*extra_findings, *verdict.findings]
     rec.host(
@@ -191,10 +191,11 @@ def verify_and_record(
         verdict=verdict.to_dict(),
         passed=verdict.passed,
     )
-    release = session.release(run_id)
-    keep_verdict(release, verdict.passed, rec.run_id)
-    if verdict.passed:
-        rel.switch(release, "known-good")
+    session.release(run_id).update_record(
+        verification=Verification(
+            "verified" if verdict.passed else "failed", rec.run_id, now(), gate_intervals(verdict.to_dict()["gates"])
+        )
+    )
     return verdict
 
 

@@ -1,6 +1,6 @@
 """One release on one host: `<root>/<profile>/releases/<run-id>/` with the launch
-script, environment, resolved inputs and drafter overlay; `current` and `known-good` symlinks that
-are switched with a rename; a detached server whose process group is its pid."""
+script, environment, resolved inputs, drafter overlay and its record (release/record.py); a
+`current` symlink that is switched with a rename; a detached server whose process group is its pid."""
 
 from __future__ import annotations
 
@@ -18,12 +18,12 @@ from specctl.errors import HostError
 from specctl.hosts.transport import Completed, Transport
 from specctl.plan.plan import NodePlan, Plan
 from specctl.plan.render import quote, render_sh
+from specctl.release import record as records
 
 LOG = "server.log"
 PID = "server.pid"
 SUMMARY_FILE = "release.json"  # profile name, version, sha256 and workload of the release, one line
 WORKLOAD_FILE = "workload.jsonl"  # the pinned workload verify sends
-VERDICT_FILE = "verdict.json"  # the newest verify verdict of this release (passed or not, by which run)
 RUNS_DIR = "runs"  # a copy of every ledger run that touched this release
 STARTUP_FILE = "startup.json"  # how long this release took to answer its first generation
 
@@ -53,6 +53,15 @@ class Release:
 
     def path(self, name: str) -> str:
         return f"{self.dir}/{name}"
+
+    def record(self, *, current: bool = False) -> records.ReleaseRecord:
+        """The host's record of this release (`current`: whether a legacy release is the serving one)."""
+        return records.read(self.transport, self.dir, self.run_id, current=current)
+
+    def update_record(
+        self, *, life: records.Life | None = None, verification: records.Verification | None = None
+    ) -> records.ReleaseRecord:
+        return records.update(self.transport, self.dir, self.run_id, life=life, verification=verification)
 
 
 def host_root(transport: Transport, root: str) -> str:

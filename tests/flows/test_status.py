@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 
-from specctl.flows.servers import WATCHDOG_SLACK_S, HostStatus, verification
+from specctl.flows.servers import WATCHDOG_SLACK_S, HostStatus
 
 
 def _at(offset_s: float) -> str:
@@ -31,12 +31,11 @@ def test_strangers_are_named_and_left_alone() -> None:
     assert text == "not running; pid 4711 (...) is not the server; left alone"
 
 
-def test_the_serving_release_says_how_it_stands() -> None:
-    assert verification(None) == "UNVERIFIED" and verification(b"not json") == "UNVERIFIED"
-    assert verification(b'{"passed": true, "run": "r", "at": "2026-12-03T10:00:00Z"}') == (
-        "verified at 2026-12-03T10:00:00Z"
-    )
-    assert verification(b'{"passed": false, "run": "r"}') == "FAILED verify"
-    assert verification(b'{"passed": false, "tune_candidate": true}') == "is a tune candidate, never verified"
-    text = HostStatus("h1", "r1", True, True, [{"release": "r1", "current": True}], verification="UNVERIFIED").summary
+def test_the_serving_release_says_how_it_stands_and_since_when() -> None:
+    current = [{"release": "r1", "current": True}]
+    text = HostStatus("h1", "r1", True, True, current, verification="UNVERIFIED").summary
     assert text == "healthy; r1 UNVERIFIED"
+    text = HostStatus("h1", "r1", True, True, current, verification="verified at T", serving_since="S").summary
+    assert text == "healthy; r1 verified at T (serving since S)"
+    text = HostStatus("h1", "r1", False, False, [], verification="verified at T", serving_since="S").summary
+    assert text == "not running; r1 verified at T"  # it is current, but nothing serves it

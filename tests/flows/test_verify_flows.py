@@ -32,6 +32,12 @@ def link(local: dict[str, Any], name: str = "current") -> str | None:
     return path.resolve().name if path.is_symlink() else None
 
 
+def record(local: dict[str, Any], run_id: str) -> tuple[str, str]:
+    """(life, verification) of a release, as its record on the host says."""
+    data = json.loads((local["root"] / "releases" / run_id / "record.json").read_text())
+    return data["life"], data["verification"]["state"]
+
+
 def gates(host: dict[str, Any]) -> dict[str, Any]:
     return {g["name"]: g for g in host["verdict"]["gates"]}
 
@@ -43,14 +49,15 @@ def test_v1_verified_v2_fails_its_gate_and_rolls_back_to_v1(cli: Any, local: dic
     assert h1["verdict"]["passed"] and not h1["verdict"]["drift"]
     assert gates(h1)["accept_length"]["interval"]["estimate"] == pytest.approx(64 / 18)  # 64 tokens in 18 verifies
     good = h1["release"]
-    assert link(local) == good and link(local, "known-good") == good
+    assert link(local) == good and record(local, good) == ("serving", "verified")
     second = cli("--json", "deploy", local["v2"], "--skip-check")
     assert second.code == 4, second.stdout + second.stderr
     [h2] = second.json()["hosts"]
     gate = gates(h2)["accept_length"]
     assert not gate["passed"] and gate["decided"] and gate["interval"]["high"] < 3.0
     assert h2["rolled_back_to"] == good and h2["rollback_verdict"]["passed"]
-    assert link(local) == good and link(local, "known-good") == good
+    assert link(local) == good and record(local, good) == ("serving", "verified")
+    assert record(local, h2["release"]) == ("rolled-back", "failed")
     runs = cli("--json", "runs").json()["runs"]
     assert [(r["kind"], r["status"]) for r in runs] == [
         ("deploy", "succeeded"),
@@ -69,9 +76,7 @@ def test_no_rollback_keeps_the_failed_release_and_exits_1(cli: Any, local: dict[
     assert kept.code == 1, kept.stdout + kept.stderr
     [h2] = kept.json()["hosts"]
     assert link(local) == h2["release"] and not h2["rolled_back"]
-    assert link(local, "known-good") != h2["release"]
-    verdict = json.loads((local["root"] / "releases" / h2["release"] / "verdict.json").read_text())
-    assert verdict["passed"] is False
+    assert record(local, h2["release"]) == ("serving", "failed")
 
 
 def test_rollback_chooses_the_newest_verified_release_that_is_not_current(
@@ -92,7 +97,7 @@ def test_rollback_chooses_the_newest_verified_release_that_is_not_current(
     assert by_version.code == 0 and link(local) == third and by_version.json()["hosts"][0]["verdict"]["passed"]
 
 
-def test_a_failed_rollback_verify_exits_1_and_keeps_known_good(
+def test_a_failed_rollback_verify_exits_1_and_records_the_failure(
     cli: Any, local: dict[str, Any], fake_engine: Any
 ) -> None:
     good = cli("--json", "deploy", local["v1"]).json()["hosts"][0]["release"]
@@ -102,7 +107,7 @@ def test_a_failed_rollback_verify_exits_1_and_keeps_known_good(
     back = cli("--json", "rollback", "--to", good)
     assert back.code == 1, back.stdout + back.stderr
     assert not back.json()["hosts"][0]["verdict"]["passed"]
-    assert link(local, "known-good") != good
+    assert record(local, good) == ("serving", "failed")  # it serves (what was asked), and says it failed
 
 
 def test_speedup_gate_against_the_recorded_baseline(cli: Any, local: dict[str, Any], fake_engine: Any) -> None:
@@ -202,11 +207,16 @@ def test_a_failed_verify_restores_the_release_that_was_serving_verified_or_not(c
     assert cli("deploy", local["v1"]).code == 0
     v3 = write_profile(local["profiles"] / "tiny-llama-v3.yaml", "tiny-llama-v1.yaml", 3)
     serving = cli("--json", "deploy", str(v3), "--skip-check", "--no-verify").json()["hosts"][0]["release"]
+    assert record(local, serving) == ("serving", "skipped")
     failed = cli("--json", "deploy", local["v2"], "--skip-check", "--baseline", "skip")
     assert failed.code == 4, failed.stdout + failed.stderr
     [host] = failed.json()["hosts"]
     assert host["rolled_back_to"] == serving and link(local) == serving
     assert host["rollback_verdict"]["passed"]  # verified again once restored
+    assert record(local, serving) == ("serving", "verified")
+    assert record(local, host["release"]) == ("rolled-back", "failed")
+    status = cli("--json", "status", local["v1"]).json()["hosts"][0]
+    assert status["record"]["life"] == "serving" and status["verification"].startswith("verified at ")
 
 
 def test_a_first_deploy_that_fails_verify_has_nothing_to_restore(cli: Any, local: dict[str, Any]) -> None:

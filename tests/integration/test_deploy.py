@@ -5,6 +5,7 @@ strings through ssh. The flows' branches (a stale lock and unlock, a server dyin
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -17,7 +18,7 @@ import paramiko
 import pytest
 import yaml
 
-from specctl.flows.demo import write_inputs
+from specctl.flows.demo import MIN_ACCEPT_LENGTH, write_inputs
 from specctl.hosts._ssh_runner import SshRunner
 from tests.integration.sshd import SshLab, namespaces_work
 
@@ -85,15 +86,25 @@ def test_deploy_status_logs_switch_stop(
         time.sleep(0.5)
 
 
-def test_multi_node_profile_on_two_hosts(cli: Any, lab: SshLab, fleet: dict[str, Any]) -> None:
-    v1 = Path(fleet["v1"])
-    multi = v1.parent / "tiny-llama-2node.yaml"
-    data = yaml.safe_load(v1.read_text())
+def _two_node(source: Path, dest: Path) -> Path:
+    data = yaml.safe_load(source.read_text())
     data["metadata"] = {"name": "tiny-llama-2node", "version": 1}
     data["parallel"] = {"tp": 1, "nnodes": 2, "dist_init_port": 29555}
     data["hosts"] = ["h0", "h1"]
+    data["engine"]["host"] = "0.0.0.0"
     data["hardware"]["gpus_per_node"] = 1
-    multi.write_text(yaml.safe_dump(data, sort_keys=False))
+    data["verify"]["min_accept_length"] = MIN_ACCEPT_LENGTH  # about 3.5 on the right layers, 1.9 on v2's
+    dest.write_text(yaml.safe_dump(data, sort_keys=False))
+    return dest
+
+
+def test_multi_node_profile_on_two_hosts_and_back_after_a_failed_verify(
+    cli: Any, lab: SshLab, fleet: dict[str, Any]
+) -> None:
+    """Node ranks meet across hosts; a release whose verify fails through node rank 0 is replaced on
+    both ranks at once by the one that served before, and both hosts' records say so."""
+    v1 = Path(fleet["v1"])
+    multi = _two_node(v1, v1.parent / "tiny-llama-2node.yaml")
     common = fleet["common"]
     result = cli(
         "--json", "deploy", str(multi), "--skip-check", *common
@@ -101,11 +112,40 @@ def test_multi_node_profile_on_two_hosts(cli: Any, lab: SshLab, fleet: dict[str,
     assert result.code == 0, result.stdout + result.stderr
     hosts = result.json()["hosts"]
     assert [h["host"] for h in hosts] == ["h0", "h1"] and all(h["ok"] for h in hosts)
-    launch = [(lab.hosts[h].root / "tiny-llama-2node" / "current" / "launch.sh").read_text() for h in ("h0", "h1")]
+    good = hosts[0]["release"]
+    base = {h: lab.hosts[h].root / "tiny-llama-2node" for h in ("h0", "h1")}
+    launch = [(base[h] / "current" / "launch.sh").read_text() for h in ("h0", "h1")]
     addr = f"{lab.hosts['h0'].address}:29555"
     assert "--node-rank 0" in launch[0] and "--node-rank 1" in launch[1] and all(addr in text for text in launch)
     status = {h["host"]: h for h in cli("--json", "status", str(multi), *common).json()["hosts"]}
     assert status["h0"]["healthy"] and status["h1"]["running"]  # rank 1 serves no HTTP, like a non-zero sglang rank
+
+    wrong = v1.parent / "tiny-llama-2node-v2.yaml"  # v2's same-width wrong layers, over two nodes
+    layers = yaml.safe_load(Path(fleet["v2"]).read_text())["drafter"]
+    wrong.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "specctl/v1",
+                "kind": "Profile",
+                "extends": multi.name,
+                "metadata": {"name": "tiny-llama-2node", "version": 2},
+                "drafter": layers,
+            }
+        )
+    )
+    failed = cli("--json", "deploy", str(wrong), "--skip-check", *common)
+    assert failed.code == 4, failed.stdout + failed.stderr
+    rows = failed.json()["hosts"]
+    bad = rows[0]["release"]
+    assert [(h["rolled_back_to"], h["verdict"]["passed"]) for h in rows] == [(good, False), (good, False)]
+    assert rows[0]["rollback_verdict"]["passed"]
+    for h in ("h0", "h1"):
+        assert (base[h] / "current").resolve().name == good
+        records = {r: json.loads((base[h] / "releases" / r / "record.json").read_text()) for r in (good, bad)}
+        assert (records[good]["life"], records[good]["verification"]["state"]) == ("serving", "verified"), h
+        assert (records[bad]["life"], records[bad]["verification"]["state"]) == ("rolled-back", "failed"), h
+    status = {h["host"]: h for h in cli("--json", "status", str(multi), *common).json()["hosts"]}
+    assert status["h0"]["healthy"] and status["h1"]["running"] and status["h1"]["current"] == good
     cli("stop", str(multi), *common)
 
 

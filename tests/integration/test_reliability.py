@@ -198,12 +198,12 @@ def test_a_health_answer_that_is_not_json_is_a_failed_verify_and_rolled_back(
     common = [*env["common"], "--hosts", "h2", "--ledger", env["ledger"]]
     good = cli("--json", "deploy", env["v1"], *common)
     assert good.code == 0, good.stdout + good.stderr
-    known_good = current(lab, "h2")
+    serving = current(lab, "h2")
     result = cli("--json", "deploy", variant(env, 3, python=env["fake"]), *common)
     assert result.code == 4, result.stdout + result.stderr
     [row] = result.json()["hosts"]
-    assert row["rolled_back_to"] == known_good and not row["verdict"]["passed"]
-    assert current(lab, "h2") == known_good
+    assert row["rolled_back_to"] == serving and not row["verdict"]["passed"]
+    assert current(lab, "h2") == serving
     state = assert_invariant(cli, env, lab, "h2")
     assert state["healthy"]
 

@@ -115,7 +115,8 @@ def test_tune_finds_a_setting_writes_the_next_version_and_applies_it(cli: Any, l
             profile = json.loads((release / "profile.json").read_text())
             assert profile["speculative"]["num_steps"] == r["speculative"]["num_steps"]
             assert result["run"] in profile["metadata"]["description"]
-            assert json.loads((release / "verdict.json").read_text())["tune_candidate"]
+            kept = json.loads((release / "record.json").read_text())["verification"]
+            assert kept["tune_candidate"] and kept["state"] == "none"
 
         again = cli("tune", str(v1), "--host", HOST, *common)  # never overwrites the version it wrote
         assert again.code == 2 and "exists" in again.stderr

@@ -1,5 +1,5 @@
 """The seed scenario on a real OpenSSH host with the reference engine: v1 (trained layers) is
-deployed, verified and becomes known-good; v2 (same-width wrong layers, static check bypassed)
+deployed and verified (its record says so); v2 (same-width wrong layers, static check bypassed)
 fails verify on accept length and rolls back by itself; the ledger tells it all, `diff` names the
 capture ids, and a planted secret reaches neither the ledger nor the host's files. Then SIGTERM in
 the middle of a deploy: the run is closed as killed and the host keeps a `current`."""
@@ -54,6 +54,12 @@ def _link(lab: SshLab, host: str, link: str) -> str | None:
     return path.resolve().name if path.is_symlink() else None
 
 
+def _life(lab: SshLab, host: str, run_id: str) -> tuple[str, str]:
+    """(life, verification) of a release, as its record on the host says."""
+    data = json.loads((lab.hosts[host].root / NAME / "releases" / run_id / "record.json").read_text())
+    return data["life"], data["verification"]["state"]
+
+
 def test_seed_scenario(cli: Any, lab: SshLab, tmp_path: Path, monkeypatch: Any) -> None:
     v1, v2 = _profiles(tmp_path, 31720, "h2")
     monkeypatch.setenv("SEED_TOKEN", SECRET)
@@ -66,7 +72,7 @@ def test_seed_scenario(cli: Any, lab: SshLab, tmp_path: Path, monkeypatch: Any) 
     [h1] = first.json()["hosts"]
     assert h1["verdict"]["passed"] and not h1["verdict"]["drift"]
     good = h1["release"]
-    assert _link(lab, "h2", "current") == good and _link(lab, "h2", "known-good") == good
+    assert _link(lab, "h2", "current") == good and _life(lab, "h2", good) == ("serving", "verified")
 
     second = cli("--json", "deploy", str(v2), "--skip-check", *common)
     assert second.code == 4, second.stdout + second.stderr
@@ -78,7 +84,8 @@ def test_seed_scenario(cli: Any, lab: SshLab, tmp_path: Path, monkeypatch: Any) 
     v1_speedup = {g["name"]: g for g in h1["verdict"]["gates"]}["speedup"]["interval"]["estimate"]
     assert gates["speedup"]["interval"]["estimate"] < v1_speedup
     assert h2["rolled_back_to"] == good and h2["rollback_verdict"]["passed"]
-    assert _link(lab, "h2", "current") == good and _link(lab, "h2", "known-good") == good
+    assert _link(lab, "h2", "current") == good and _life(lab, "h2", good) == ("serving", "verified")
+    assert _life(lab, "h2", h2["release"]) == ("rolled-back", "failed")
 
     runs = cli("--json", "runs", "--ledger", str(ledger)).json()["runs"]
     # the first deploy's verify found no baseline and ran one (--baseline auto) inside it
@@ -114,7 +121,7 @@ def test_seed_scenario(cli: Any, lab: SshLab, tmp_path: Path, monkeypatch: Any) 
     for path in lab.hosts["h2"].root.rglob("*"):
         if path.is_file() and not path.is_symlink():
             assert SECRET.encode() not in path.read_bytes(), path
-    # and by hand: back to v1 by profile@version (it restarts, verifies again, stays known-good)
+    # and by hand: back to v1 by profile@version (it restarts and verifies again)
     manual = cli("--json", "rollback", "--to", f"{NAME}@1", "--host", "h2", *common)
     assert manual.code == 0, manual.stdout + manual.stderr
     assert manual.json()["hosts"][0]["verdict"]["passed"] and _link(lab, "h2", "current") == good
