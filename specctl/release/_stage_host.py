@@ -283,7 +283,10 @@ def main() -> None:
             for name in names:
                 rel = os.path.relpath(os.path.join(folder, name), snapshot)
                 if any(fnmatch.fnmatch(rel, p) for p in spec["patterns"]):
-                    files[rel] = os.path.getsize(os.path.join(folder, name))
+                    try:
+                        files[rel] = os.path.getsize(os.path.join(folder, name))
+                    except OSError:  # a link to a blob that was not copied
+                        fail("incomplete-cache", f"{repo}@{commit}: {rel} in {snapshot} has no content, and {why}")
         ids = {name: i for name in files if (i := claimed_id(os.path.join(snapshot, name)))}
         if spec["mode"] == "fetch":  # a dry run writes nothing
             write_whole(

@@ -97,6 +97,7 @@ def test_a_complete_snapshot_placed_by_hand_is_staged_content_unverified(tmp_pat
         ("truncated-shard", "model-1.safetensors is 100 bytes; its safetensors header implies"),
         ("missing-config", "config.json is missing from"),
         ("no-ref", "refs/main is missing"),
+        ("blob-not-copied", "tokenizer.json in"),
     ],
 )
 def test_an_incomplete_snapshot_is_refused_naming_the_file(tmp_path: Path, damage: str, said: str) -> None:
@@ -108,7 +109,9 @@ def test_an_incomplete_snapshot_is_refused_naming_the_file(tmp_path: Path, damag
         files["model-1.safetensors"] = files["model-1.safetensors"][:100]
     if damage == "missing-config":
         del files["config.json"]
-    place(cache, files, ref=damage != "no-ref")
+    snapshot = place(cache, files, ref=damage != "no-ref")
+    if damage == "blob-not-copied":
+        (snapshot / "tokenizer.json").resolve().unlink()
     with pytest.raises(staging.StageFailed) as caught:
         stage(tmp_path, cache)
     assert said in caught.value.message and "the Hub is not asked (--offline)" in caught.value.message
