@@ -187,7 +187,7 @@ class SshRunner:
                 self.close()
                 raise  # host keys and authentication are answers, not transient failures
             except _Unreachable as exc:
-                self.close()  # the next attempt starts from the first hop: a jump host may be what broke
+                self._drop()  # the next attempt starts from the first hop: a jump host may be what broke
                 if attempt == CONNECT_ATTEMPTS:
                     t = self.destination
                     via = (
@@ -348,6 +348,11 @@ class SshRunner:
         for tunnel in self._tunnels.values():
             tunnel.close()
         self._tunnels.clear()
+        self._drop()
+
+    def _drop(self) -> None:
+        """The connection (every hop) and its shell closed; the tunnels' listeners stay, and their next
+        channels ride the next connection."""
         if self._shell is not None:
             self._shell.close()
             self._shell = None

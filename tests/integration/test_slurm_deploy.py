@@ -45,6 +45,26 @@ def cluster_inventory(path: Path, slurm: SlurmLab, **extra: Any) -> Path:
     return path
 
 
+def login_inventory(path: Path, slurm: SlurmLab, lab: SshLab, root: str, **extra: Any) -> Path:
+    """The lab's SSH hosts, and the cluster entry with h0 as its login node (the cluster's commands
+    and their SLURM_CONF travel over SSH)."""
+    lab.inventory(path, sys.executable)
+    data = yaml.safe_load(path.read_text())
+    data["clusters"] = {
+        "lab": {
+            "kind": "slurm",
+            "login": "h0",
+            "root": str(slurm.shared_dir / root),
+            "gres": "gpu:2",
+            "python": sys.executable,
+            "env": {"SLURM_CONF": str(slurm.conf_path)},
+            **extra,
+        }
+    }
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
 def on_cluster(profile: Path, name: str, **changes: Any) -> None:
     """Point a demo profile at the cluster; its server listens on every address of its node."""
     data = yaml.safe_load(profile.read_text())
@@ -197,20 +217,7 @@ def test_through_a_login_node_reached_over_ssh(
     v1, _ = write_inputs(tmp_path, PORT + 3, gates=True)
     on_cluster(v1, "slurm-ssh")
     with_secret(v1, monkeypatch)  # fed over the SSH connection to the login node
-    inventory = tmp_path / "hosts.yaml"
-    lab.inventory(inventory, sys.executable)
-    data = yaml.safe_load(inventory.read_text())
-    data["clusters"] = {
-        "lab": {
-            "kind": "slurm",
-            "login": "h0",
-            "root": str(slurm.shared_dir / "specctl-ssh"),
-            "gres": "gpu:2",
-            "python": sys.executable,
-            "env": {"SLURM_CONF": str(slurm.conf_path)},
-        }
-    }
-    inventory.write_text(yaml.safe_dump(data))
+    inventory = login_inventory(tmp_path / "hosts.yaml", slurm, lab, "specctl-ssh")
     common = [
         "--inventory",
         str(inventory),
@@ -366,21 +373,7 @@ def test_compute_nodes_only_the_login_node_reaches_are_served_through_a_tunnel(
     try:
         v1, _ = write_inputs(tmp_path, port, gates=True)
         on_cluster(v1, "slurm-tunnel")
-        inventory = tmp_path / "hosts.yaml"
-        lab.inventory(inventory, sys.executable)
-        data = yaml.safe_load(inventory.read_text())
-        data["clusters"] = {
-            "lab": {
-                "kind": "slurm",
-                "login": "h0",
-                "root": str(slurm.shared_dir / "specctl-tunnel"),
-                "gres": "gpu:2",
-                "python": sys.executable,
-                "tunnel": True,
-                "env": {"SLURM_CONF": str(slurm.conf_path)},
-            }
-        }
-        inventory.write_text(yaml.safe_dump(data))
+        inventory = login_inventory(tmp_path / "hosts.yaml", slurm, lab, "specctl-tunnel", tunnel=True)
         common = [
             "--inventory",
             str(inventory),
@@ -488,3 +481,47 @@ def _job_ids(slurm: SlurmLab, profile: str) -> dict[str, str]:
     out = slurm.run("squeue", "-h", "-t", "RUNNING", "-o", "%j %i", check=True).stdout.splitlines()
     prefix = job_name(profile, "")
     return {n.removeprefix(prefix): i for n, i in (line.split() for line in out) if n.startswith(prefix)}
+
+
+def test_a_two_second_login_blip_during_verify_is_retried_and_the_deploy_passes(
+    cli: Any, slurm: SlurmLab, lab: SshLab, tmp_path: Path
+) -> None:
+    """The login node's sshd and every connection it serves are killed for 2 s while the new job is
+    verified through the login node (`tunnel: true`: every request rides its SSH connection)."""
+    if not lab.use_namespaces:
+        pytest.skip("the login node must be a host of its own")
+    v1, _ = write_inputs(tmp_path, PORT + 9, gates=True)
+    on_cluster(v1, "slurm-blip", verify={"requests": 80})  # about 10 s of verify on the reference engine
+    inventory = login_inventory(tmp_path / "hosts.yaml", slurm, lab, "specctl-blip", tunnel=True)
+    common = ["--inventory", str(inventory), "--ssh-config", str(lab.ssh_config), "--ledger", str(tmp_path / "l.db")]
+    first = cli("--json", "deploy", str(v1), "--baseline", "skip", "--no-verify", *common)
+    assert first.code == 0, first.stdout + first.stderr
+    run1 = first.json()["hosts"][0]["release"]
+    releases = slurm.shared_dir / "specctl-blip" / "slurm-blip" / "releases"
+    out: list[Any] = []
+    worker = threading.Thread(
+        target=lambda: out.append(cli("--json", "deploy", str(v1), "--baseline", "skip", *common))
+    )
+    started = time.monotonic()
+    worker.start()
+
+    def verifying() -> bool:  # the new server is ready: verify's requests come next
+        logs = [p / "server.log" for p in releases.iterdir() if p.name != run1]
+        return any(log.exists() and "ready to roll" in log.read_text() for log in logs)
+
+    while not verifying():
+        assert time.monotonic() - started < 120, "the new job never became ready"
+        time.sleep(0.05)
+    time.sleep(1.5)  # specctl has seen it ready (it polls every 0.5 s at most) and verifies
+    lab.kill_sshd(lab.hosts["h0"])
+    time.sleep(2)
+    lab.start_sshd(lab.hosts["h0"])
+    blip_at = time.monotonic() - started
+    worker.join(timeout=300)
+    [result] = out
+    assert result.code == 0, result.stdout + result.stderr
+    [host] = result.json()["hosts"]
+    assert host["verdict"]["passed"] and host["verdict"]["summary"]["wall_s"] > 4, host  # the blip was inside it
+    assert jobs(slurm, "slurm-blip") == {host["release"]: "RUNNING"}
+    print(f"blip at {blip_at:.1f} s of a {time.monotonic() - started:.1f} s deploy")
+    cli("stop", str(v1), *common[:4])
