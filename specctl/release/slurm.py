@@ -22,10 +22,11 @@ import dataclasses
 import shlex
 import time
 from collections.abc import Mapping
+from secrets import token_hex
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from specctl.constants import HEAD_ADDRESS, TIME_LIMIT_WARN_S
-from specctl.errors import HostError
+from specctl.errors import ConnectionLost, HostError
 from specctl.facts import host as host_facts
 from specctl.hosts.transport import Completed, Transport
 from specctl.plan.plan import Plan
@@ -35,6 +36,7 @@ from specctl.plan.sbatch import (
     FACTS_SCRIPT,
     HEAD_FILE,
     JOB_FILE,
+    JOB_PREFIX,
     SECRETS_COMMENT,
     SECRETS_FIFO,
     JobSettings,
@@ -153,6 +155,17 @@ rm -f head-address allocation-facts.txt job-id || exit 1
 out=$(sbatch --parsable "$@") || exit $?
 printf '%s\n' "$out"
 printf '%s\n' "${out%%;*}" >job-id.tmp && mv -f job-id.tmp job-id
+"""
+)
+# The job whose comment is $1, in any state the controller still holds (one submission's comment is
+# its own); its id also kept in the release dir $2, whose `job-id` the lost submission may not have written.
+_ADOPT = (
+    _CLEAN
+    + r"""
+out=$(squeue --me -h -t all -o '%i|%k') || exit 3
+id=$(printf '%s\n' "$out" | while IFS='|' read -r i k; do [ "$k" = "$1" ] && echo "$i"; done | head -n 1)
+[ -z "$id" ] || { printf '%s\n' "$id" >"$2/job-id.tmp" && mv -f "$2/job-id.tmp" "$2/job-id"; }
+echo "$id"
 """
 )
 # What the controller still says of a job that squeue no longer lists: "scontrol|<one-line record>"
@@ -304,8 +317,16 @@ class SlurmPlatform:
         script = self.transport.read(release.path(JOB_FILE)) or b""
         names = sorted({*_secret_names(script), *(env or {})})
         deadline = str(int(confirm_within_s) + SHARED_STORAGE_SLACK_S)
-        argv = ["sh", "-c", _SUBMIT, "sh", release.dir, " ".join(names), JOB_FILE, deadline]
-        done = self.transport.run(argv, env=dict(self.cluster.env) or None, timeout_s=120, check=False)  # no secret
+        comment = f"{JOB_PREFIX}{release.run_id}:{token_hex(4)}"  # this submission's, should its reply be lost
+        argv = ["sh", "-c", _SUBMIT, "sh", release.dir, " ".join(names), f"--comment={comment}", JOB_FILE, deadline]
+        try:
+            done = self.transport.run(argv, env=dict(self.cluster.env) or None, timeout_s=120, check=False)
+        except ConnectionLost as lost:
+            job = self._submitted(release, comment, lost)
+            if job is None:  # sbatch never answered, and the controller has no such job: submit it now
+                done = self.transport.run(argv, env=dict(self.cluster.env) or None, timeout_s=120, check=False)
+            else:
+                done = Completed(0, f"{job}\n".encode(), "")
         first = done.stdout.strip().split(";")[0]
         if done.rc != 0 or not first.isdigit():
             raise HostError(
@@ -316,6 +337,22 @@ class SlurmPlatform:
         if _secret_names(script):  # its steps wait for them: fed once it runs (observe)
             self._secrets[int(first)] = dict(env or {})
         return int(first)
+
+    def _submitted(self, release: rel.Release, comment: str, lost: ConnectionLost) -> int | None:
+        """After the connection was lost under `sbatch`: the job it submitted, found by its comment
+        (and adopted: its id kept in the release), or None when the controller has none. Should the
+        login node not come back, the error says which job may be queued and that it is cancelled."""
+        try:
+            job = self._run(_ADOPT, comment, release.dir).stdout.strip()
+        except HostError as exc:
+            raise ConnectionLost(
+                f"{self.transport.name}: the connection was lost while sbatch ran ({lost.message}), and the login "
+                f"node did not come back to say whether it submitted the job: {exc.message}",
+                host=self.transport.name,
+                fix=f"once it is back, `squeue --me -o '%i %k'` shows a job with the comment {comment} if one was "
+                "submitted; `specctl stop` cancels it (it cancels itself once it runs, unless made current)",
+            ) from None
+        return int(job) if job.isdigit() else None
 
     def observe(self, release: rel.Release, handle: int) -> Observation:
         done = self._run(_OBSERVE, str(handle), release.dir, "200")

@@ -11,6 +11,7 @@ two-rank server.
 from __future__ import annotations
 
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -524,4 +525,51 @@ def test_a_two_second_login_blip_during_verify_is_retried_and_the_deploy_passes(
     assert host["verdict"]["passed"] and host["verdict"]["summary"]["wall_s"] > 4, host  # the blip was inside it
     assert jobs(slurm, "slurm-blip") == {host["release"]: "RUNNING"}
     print(f"blip at {blip_at:.1f} s of a {time.monotonic() - started:.1f} s deploy")
+    cli("stop", str(v1), *common[:4])
+
+
+def test_a_submission_whose_reply_is_cut_off_is_adopted_never_submitted_twice(
+    cli: Any, slurm: SlurmLab, lab: SshLab, tmp_path: Path
+) -> None:
+    """sbatch on the login node submits the job, then its reply is cut off: sshd and its connections
+    are killed before the answer comes back. The job is found by its comment and adopted."""
+    if not lab.use_namespaces:
+        pytest.skip("the login node must be a host of its own")
+    held = tmp_path / "sbatch-held"
+    wrappers = tmp_path / "bin"
+    wrappers.mkdir()
+    (wrappers / "sbatch").write_text(  # the real sbatch, then (once) a pause before its answer
+        f'#!/bin/sh\nout=$({shutil.which("sbatch")} "$@") || exit $?\n'
+        f'[ -e {held} ] || {{ touch {held}; sleep 10; }}\necho "$out"\n'
+    )
+    (wrappers / "sbatch").chmod(0o755)
+    v1, _ = write_inputs(tmp_path, PORT + 10, gates=True)
+    on_cluster(v1, "slurm-lost")
+    inventory = login_inventory(tmp_path / "hosts.yaml", slurm, lab, "specctl-lost")
+    data = yaml.safe_load(inventory.read_text())
+    data["clusters"]["lab"]["env"]["PATH"] = f"{wrappers}:{os.environ['PATH']}"
+    inventory.write_text(yaml.safe_dump(data))
+    common = ["--inventory", str(inventory), "--ssh-config", str(lab.ssh_config), "--ledger", str(tmp_path / "l.db")]
+    out: list[Any] = []
+    worker = threading.Thread(
+        target=lambda: out.append(cli("--json", "deploy", str(v1), "--baseline", "skip", "--no-verify", *common))
+    )
+    worker.start()
+    deadline = time.monotonic() + 60
+    while not held.exists():
+        assert time.monotonic() < deadline, "sbatch never ran"
+        time.sleep(0.05)
+    lab.kill_sshd(lab.hosts["h0"])  # the job is submitted; its id never reaches specctl
+    time.sleep(1)
+    lab.start_sshd(lab.hosts["h0"])
+    worker.join(timeout=180)
+    [result] = out
+    assert result.code == 0, result.stdout + result.stderr
+    run_id = result.json()["hosts"][0]["release"]
+    every = slurm.run("squeue", "-h", "-t", "all", "-o", "%i %j %k", check=True).stdout.split("\n")
+    mine = [line.split() for line in every if job_name("slurm-lost", "") in line]
+    assert len(mine) == 1 and mine[0][2].startswith(f"specctl:{run_id}:"), every  # one job, adopted
+    release = slurm.shared_dir / "specctl-lost" / "slurm-lost" / "releases" / run_id
+    assert (release / "job-id").read_text().strip() == mine[0][0]
+    assert jobs(slurm, "slurm-lost") == {run_id: "RUNNING"}
     cli("stop", str(v1), *common[:4])

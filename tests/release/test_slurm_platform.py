@@ -6,11 +6,13 @@ against real Slurm in tests/integration/test_slurm_deploy.py."""
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from specctl.errors import HostError
+from specctl.errors import ConnectionLost, HostError
 from specctl.hosts.local import local_transport
 from specctl.profile.inventory import SlurmCluster
 from specctl.release.release import Release
@@ -137,6 +139,45 @@ def test_the_callers_sbatch_settings_do_not_reach_sbatch(tmp_path: Path) -> None
     finally:
         del os.environ["SBATCH_PARTITION"]
     assert not Path(release.path("head-address")).exists()  # the resubmitted release's old address is gone
-    assert (
-        seen.read_text() == "partition=unset args=--parsable job.sbatch 180\n"
-    )  # the deadline + shared storage's slack
+    saw = seen.read_text()  # a comment of this submission's own; the deadline + shared storage's slack
+    assert re.fullmatch(r"partition=unset args=--parsable --comment=specctl:r1:[0-9a-f]{8} job\.sbatch 180\n", saw)
+    assert Path(release.path("job-id")).read_text() == "31\n"
+
+
+def test_a_submission_whose_reply_was_lost_is_adopted_by_its_comment_or_made_again(tmp_path: Path) -> None:
+    """The connection drops under sbatch (a transport that loses the first reply): the job the controller
+    holds with this submission's comment is adopted, never submitted twice; with none, it is submitted."""
+    for held, expected, submissions in ((True, 44, 1), (False, 45, 2)):
+        d = tmp_path / str(held)
+        count = d / "submitted"
+        squeue = (
+            f'for c in $(cat {d}/comments 2>/dev/null); do echo "44|$c"; done; echo "12|specctl:other:1"'
+            if held
+            else 'echo "12|specctl:other:1"'
+        )
+        sbatch = (
+            f'echo x >>{count}; for a in "$@"; do case $a in --comment=*) echo "${{a#--comment=}}" >{d}/comments;; '
+            "esac; done; echo 45"
+        )
+        slurm, release = target(d, sbatch=sbatch, squeue=squeue)
+        slurm.transport = _LosesFirstReply(slurm.transport)
+        assert slurm.start(release, confirm_within_s=60) == expected
+        assert len(count.read_text().split()) == submissions
+        assert Path(release.path("job-id")).read_text().strip() == str(expected)
+
+
+class _LosesFirstReply:
+    """A transport whose first command runs, and whose answer is lost as a dropped connection's."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner, self.lost = inner, False
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    def run(self, argv: Any, **kwargs: Any) -> Any:
+        done = self.inner.run(argv, **kwargs)
+        if not self.lost and "sbatch" in " ".join(argv):
+            self.lost = True
+            raise ConnectionLost("lab: the connection was lost", host="lab")
+        return done
