@@ -155,17 +155,20 @@ def stage(c: Change) -> None:
         python=c.python,
         root=s.root,
         checkpoints=c.checkpoints,
-        env=staging.staging_env(c.stage_env, s.ctx.secrets_env),
+        env=staging.staging_env(c.stage_env, s.ctx.secrets_env, offline=s.ctx.offline),
         on_progress=progress,
         slot=lambda: s.ctx.stage_slots,
+        offline=s.ctx.offline,
     )
     c.staged = {x.repo: x for x in done}
     fetched = sum(x.fetched for x in done)
+    unverified = [x for x in done if not x.verified]
     s.progress(
         f"staged {len(done)} checkpoint(s)"
         + (f", fetched {staging.size_text(fetched)}" if fetched else ", nothing to fetch")
+        + "".join(f"; {x.repo}: content unverified ({x.unverified})" for x in unverified)
     )
-    s.ctx.on_event(s.name, {"event": "staged", "checkpoints": [x.__dict__ for x in done]})
+    s.ctx.on_event(s.name, {"event": "staged", "checkpoints": [x.to_dict() for x in done]})
     if c.staged_everywhere is not None:
         s.progress("staged: waiting for the other hosts to stage before anything stops")
         c.staged_everywhere()

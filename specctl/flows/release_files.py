@@ -18,7 +18,7 @@ from specctl.release import release as rel
 from specctl.release.documents import PLAN_FILE, PROFILE_FILE
 from specctl.release.platform import Files, Platform
 from specctl.release.record import RECORD_FILE, first_record
-from specctl.release.staging import Staged
+from specctl.release.staging import CHECKPOINTS_FILE, Staged
 from specctl.verdict.workload import Workload, load_workload
 
 
@@ -91,6 +91,9 @@ def release_contents(
     """Every file of one node's release directory (`staged`: the host's snapshots of Hub checkpoints);
     with a `platform`, what it adds to `release` too (`hf_home`: the inventory's cache, for every node rank)."""
     files = rel.release_files(p, node, release_documents(report, p), overlay_sources(report, p, staged or {}))
+    if staged:  # what content the release served: each staged file's size and id, and whether it was checked
+        record = {"checkpoints": [s.checksums() for _, s in sorted(staged.items())]}
+        files[CHECKPOINTS_FILE] = ((json.dumps(record, indent=2, sort_keys=True) + "\n").encode(), 0o644)
     if platform is not None:
         assert release is not None, "a platform adds its files to one release directory"
         files.update(

@@ -8,8 +8,12 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
+import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -124,6 +128,16 @@ def test_a_hub_profile_deploys_with_its_overlay_linked_into_the_staged_snapshot(
     ]
     launch = (release / "launch.sh").read_text()
     assert "export HF_HUB_OFFLINE=1" in launch and f"--revision {COMMITS[TARGET]}" in launch
+    # what content the release served, each file checked against the id the Hub published
+    record = {c["repo"]: c for c in json.loads((release / "checkpoints.json").read_text())["checkpoints"]}
+    weights = (MODELS / "tiny-llama" / "model.safetensors").read_bytes()
+    assert record[TARGET]["verified"] and record[TARGET]["commit"] == COMMITS[TARGET]
+    assert {
+        "name": "model.safetensors",
+        "size": len(weights),
+        "id": "sha256:" + hashlib.sha256(weights).hexdigest(),
+        "verified": True,
+    } in record[TARGET]["files"]
     status = cli("--json", "status", profile, "--hosts", "h1", *env["common"]).json()["hosts"][0]
     assert status["healthy"]
     cli("stop", profile, "--hosts", "h1", *env["common"])
@@ -409,3 +423,139 @@ def test_no_host_stops_until_every_host_has_staged(
     }
     assert after == {h: (before[h], True) for h in ("h0", "h1")}
     cli("stop", env["v1"], *common)
+
+
+def placed_by_hand(cache: Path) -> None:
+    """Both repos downloaded where the Hub answers (this machine's own cache, as `hf download` fills
+    it), then that cache copied into the host's: blobs/, snapshots/<commit>/, links and all."""
+    import huggingface_hub.constants
+    from huggingface_hub import snapshot_download
+
+    for name in (TARGET, DRAFTER):
+        snapshot_download(name, revision=COMMITS[name])
+    shutil.copytree(huggingface_hub.constants.HF_HUB_CACHE, cache, symlinks=True)
+
+
+@contextmanager
+def no_route_to(lab: SshLab, host: str, hub: HubEndpoint) -> Iterator[None]:
+    """The host's packets to the Hub answered "host unreachable" (an nftables table in its namespace)."""
+    namespace = lab.hosts[host].namespace
+    assert namespace is not None
+    port = hub.url.rsplit(":", 1)[1]
+    script = (
+        "table inet specctl_nohub {\n  chain output {\n    type filter hook output priority 0; policy accept;\n"
+        f"    ip daddr {hub.host} tcp dport {port} reject with icmpx type host-unreachable\n  }}\n}}\n"
+    )
+    subprocess.run(["ip", "netns", "exec", namespace, "nft", "-f", "-"], input=script.encode(), check=True)
+    try:
+        yield
+    finally:
+        subprocess.run(
+            ["ip", "netns", "exec", namespace, "nft", "delete", "table", "inet", "specctl_nohub"], check=False
+        )
+
+
+def test_a_host_with_no_route_to_the_hub_stages_and_deploys_a_snapshot_placed_by_hand(
+    cli: Any, lab: SshLab, env: dict[str, Any], hub: HubEndpoint, tmp_path: Path
+) -> None:
+    """Air-gapped: the snapshots reached h1's cache by a copy, and h1 cannot reach the Hub. `stage
+    --offline` recognises them complete (config, index, shard sizes from their headers) and stages
+    them "content unverified"; without --offline the host finds the Hub unreachable and does the
+    same; `deploy --offline` serves them and records their content ids, unverified, in the release."""
+    cache = tmp_path / "h1-cache"
+    placed_by_hand(cache)
+    profile = hub_profile(env, hub, cache=str(cache))
+    common = [*env["common"], "--hosts", "h1"]
+    with no_route_to(lab, "h1", hub):
+        try:
+            hub.clear()
+            staged = cli("--json", "stage", profile, "--offline", *common)
+            assert staged.code == 0, staged.stdout + staged.stderr
+            rows = {s["repo"]: s for s in staged.json()["hosts"][0]["staged"]}
+            assert set(rows) == {TARGET, DRAFTER}
+            assert all(
+                not s["verified"] and "--offline" in s["unverified"] and s["fetched"] == 0 for s in rows.values()
+            )
+            text = cli("stage", profile, "--offline", *common)
+            assert text.code == 0 and "content unverified" in text.stdout, text.stdout
+            assert "content unverified: the Hub is not asked (--offline)" in " ".join(text.stderr.split())
+            assert "specctl stage --verify" in " ".join(text.stderr.split())
+            assert hub.log == []  # nobody asked the Hub
+
+            unreached = cli("--json", "stage", profile, *common)  # the operator asks the Hub; h1 cannot
+            assert unreached.code == 0, unreached.stdout + unreached.stderr
+            assert all("the Hub did not answer" in s["unverified"] for s in unreached.json()["hosts"][0]["staged"]), (
+                unreached.stdout
+            )
+
+            hub.clear()
+            result = cli("--json", "deploy", profile, "--offline", "--no-verify", *common)
+            assert result.code == 0, result.stdout + result.stderr
+            assert hub.log == []
+            events = [json.loads(line) for line in result.stderr.splitlines() if line.startswith("{")]
+            [event] = [e for e in events if e.get("event") == "staged"]
+            assert [c["verified"] for c in event["checkpoints"]] == [False, False]
+            release = lab.hosts["h1"].root / "tiny-llama-demo" / "releases" / result.json()["hosts"][0]["release"]
+            record = {c["repo"]: c for c in json.loads((release / "checkpoints.json").read_text())["checkpoints"]}
+            assert set(record) == {TARGET, DRAFTER} and not any(c["verified"] for c in record.values())
+            weights = (MODELS / "tiny-llama" / "model.safetensors").read_bytes()
+            files = {f["name"]: f for f in record[TARGET]["files"]}
+            assert files["model.safetensors"] == {
+                "name": "model.safetensors",
+                "size": len(weights),
+                "id": "sha256:" + hashlib.sha256(weights).hexdigest(),  # as the cache's blob name claims it
+                "verified": False,
+            }
+            assert cli("--json", "status", profile, *common).json()["hosts"][0]["healthy"]
+        finally:
+            cli("stop", profile, *common)
+
+
+def test_an_incomplete_snapshot_placed_by_hand_is_refused_naming_the_file(
+    cli: Any, lab: SshLab, env: dict[str, Any], hub: HubEndpoint, tmp_path: Path
+) -> None:
+    cache = tmp_path / "h2-cache"
+    placed_by_hand(cache)
+    shard = cache / "models--specctl-test--tiny-llama" / "snapshots" / COMMITS[TARGET] / "model.safetensors"
+    with open(shard.resolve(), "r+b") as handle:  # a copy cut short
+        handle.truncate(shard.stat().st_size - 1000)
+    result = cli(
+        "--json", "stage", hub_profile(env, hub, cache=str(cache)), "--offline", *env["common"], "--hosts", "h2"
+    )
+    [row] = result.json()["hosts"]
+    assert result.code == 3 and "model.safetensors is" in row["error"] and "implies" in row["error"], result.stdout
+
+
+def test_stage_verify_hashes_every_file_again_against_the_hubs_checksums(
+    cli: Any, lab: SshLab, env: dict[str, Any], hub: HubEndpoint, tmp_path: Path
+) -> None:
+    """A snapshot staged content-unverified becomes verified; a shard corrupted in place with its size
+    and mtime kept (which the hash cache cannot see) is found by --verify and fetched again."""
+    cache = tmp_path / "h0-cache"
+    placed_by_hand(cache)
+    profile = hub_profile(env, hub, cache=str(cache))
+    common = [*env["common"], "--hosts", "h0"]
+    assert cli("--json", "stage", profile, "--offline", *common).code == 0
+    refused = cli("--json", "stage", profile, "--offline", "--verify", *common)
+    assert refused.code == 2 and "cannot run offline" in refused.stdout, refused.stdout
+    verified = cli("--json", "stage", profile, "--verify", *common)
+    assert verified.code == 0, verified.stdout + verified.stderr
+    rows = verified.json()["hosts"][0]["staged"]
+    assert all(s["verified"] and s["hashed"] == s["bytes"] > 0 and s["fetched"] == 0 for s in rows), rows
+
+    shard = cache / "models--specctl-test--tiny-llama" / "snapshots" / COMMITS[TARGET] / "model.safetensors"
+    blob, original = shard.resolve(), shard.read_bytes()
+    seen = blob.stat()
+    with open(blob, "r+b") as handle:  # bit rot: other bytes, same size, same mtime
+        handle.seek(len(original) // 2)
+        handle.write(bytes(b ^ 0xFF for b in original[len(original) // 2 : len(original) // 2 + 64]))
+    os.utime(blob, ns=(seen.st_atime_ns, seen.st_mtime_ns))
+    hub.clear()
+    assert cli("--json", "stage", profile, *common).code == 0  # the hash cache vouches for it: nothing fetched
+    assert hub.file_gets() == [] or all(s.range for s in hub.file_gets())
+    again = cli("--json", "stage", profile, "--verify", *common)
+    assert again.code == 0, again.stdout + again.stderr
+    assert shard.read_bytes() == original
+    assert [s.path for s in hub.file_gets() if s.range is None] == [
+        f"/{TARGET}/resolve/{COMMITS[TARGET]}/model.safetensors"
+    ]
