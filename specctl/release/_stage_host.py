@@ -162,6 +162,8 @@ def main() -> None:
     except (OSError, ValueError):
         hashes = {}
 
+    hashed = [0]  # bytes read to hash, for the checkpoint being staged
+
     def content_id(path: str, kind: str) -> str:
         """The file's id of `kind` ("sha256", or "git": the blob id), from the cache while its size and
         mtime are the ones hashed."""
@@ -178,8 +180,6 @@ def main() -> None:
             hashes[real] = [st.st_size, st.st_mtime_ns, known]
             hashed[0] += st.st_size
         return known[kind]
-
-    hashed = [0]  # bytes read to hash in this run
 
     def save_hashes() -> None:
         write_whole(hashes_path, json.dumps(hashes, sort_keys=True))
@@ -271,7 +271,10 @@ def main() -> None:
                 try:
                     want = implied_size(path)
                 except (OSError, ValueError, KeyError, TypeError, IndexError) as exc:
-                    fail("incomplete-cache", f"{repo}@{commit}: {name} has no readable safetensors header ({exc})")
+                    fail(
+                        "incomplete-cache",
+                        f"{repo}@{commit}: {name} has no readable safetensors header ({exc}), and {why}",
+                    )
                 if os.path.getsize(path) != want:
                     fail(
                         "incomplete-cache",
