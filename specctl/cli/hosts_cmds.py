@@ -86,7 +86,7 @@ def hosts(
             table.add_row(
                 h.name,
                 h.ssh_alias or (str(h.ssh_overrides.get("hostname")) if h.ssh_overrides else "local"),
-                h.root,
+                h.root or f"~/.specctl/hosts/{h.name} (default)",
                 h.python or "-",
             )
         output.result(

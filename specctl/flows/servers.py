@@ -36,7 +36,7 @@ class Reach:
 
     def open(self, host: HostSpec) -> tuple[Transport, str]:
         t = host.transport(ssh_config=self.ssh_config, accept_new_host_key=self.accept_new_host_key)
-        return t, rel.host_root(t, host.root)
+        return t, rel.host_root(t, host.root, host.name)
 
 
 @dataclass

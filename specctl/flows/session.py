@@ -91,7 +91,7 @@ class HostSession:
     @property
     def root(self) -> str:
         if self._root is None:
-            self._root = rel.host_root(self.transport, self.spec.root)
+            self._root = rel.host_root(self.transport, self.spec.root, self.spec.name)
         return self._root
 
     @property

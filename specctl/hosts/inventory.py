@@ -16,15 +16,12 @@ from specctl.hosts.transport import Transport
 if TYPE_CHECKING:
     from specctl.profile.inventory import Host, KubernetesCluster, SlurmCluster
 
-DEFAULT_ROOT = "~/.specctl"
-
-
 @dataclass(frozen=True)
 class HostSpec:
     """One host to act on: how to reach it and where its state lives."""
 
     name: str
-    root: str
+    root: str | None  # None: the default, one per inventory host (release.host_root resolves it on the host)
     python: str | None
     ssh_alias: str | None
     ssh_overrides: dict[str, object]
@@ -84,7 +81,7 @@ def resolve_hosts(names: Sequence[str], inventory: Path | None) -> list[HostSpec
                 continue
             if member not in hosts:
                 if member == LOCAL:
-                    out.append(HostSpec(LOCAL, DEFAULT_ROOT, None, None, {}))
+                    out.append(HostSpec(LOCAL, None, None, None, {}))
                     continue
                 where = f"in {inventory}" if inventory else "(no inventory: pass --inventory or create hosts.yaml)"
                 raise InputError(

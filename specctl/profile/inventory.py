@@ -44,8 +44,8 @@ class _RemoteSide(StrictModel):
 
     @field_validator("root", check_fields=False)
     @classmethod
-    def _root_is_a_state_directory(cls, root: str) -> str:
-        return state_directory(root)
+    def _root_is_a_state_directory(cls, root: str | None) -> str | None:
+        return None if root is None else state_directory(root)
 
     @field_validator("python", check_fields=False)
     @classmethod
@@ -62,7 +62,13 @@ class Host(_RemoteSide):
     ssh: Annotated[
         str | SshSettings | None, Field(description="an alias from ~/.ssh/config, or connection details")
     ] = None
-    root: Annotated[str, Field(description="remote state directory")] = "~/.specctl"
+    root: Annotated[
+        str | None,
+        Field(
+            description="remote state directory (default: ~/.specctl/hosts/<name>, one per inventory host even "
+            "on a shared home; an older ~/.specctl holding releases stays the root of the host that wrote it)"
+        ),
+    ] = None
     address: Annotated[
         str | None, Field(description="where its servers are reached over HTTP (default: the SSH hostname)")
     ] = None

@@ -64,8 +64,34 @@ class Release:
         return records.update(self.transport, self.dir, self.run_id, life=life, verification=verification)
 
 
-def host_root(transport: Transport, root: str) -> str:
-    """The absolute state directory on the host (`~` means that host's home)."""
+# The default root of inventory host $1: ~/.specctl/hosts/$1; or ~/.specctl itself when it holds releases
+# from before per-host roots and is this host's: claimed once, with one atomic symlink (`adopted-by`), by
+# the first host name on the machine that wrote it (its host-identity, or none yet), so every other
+# name, and every other machine on a shared home, gets a root of its own.
+_DEFAULT_ROOT = r"""
+old="$HOME/.specctl"; new="$old/hosts/$1"
+by=$(readlink "$old/adopted-by" 2>/dev/null)
+if [ -z "$by" ] && [ ! -d "$new" ] && ls -d "$old"/*/releases >/dev/null 2>&1; then
+  id=$(cat /etc/machine-id 2>/dev/null); me="${id:-$(uname -n)}"
+  seen=$(head -n 1 "$old/host-identity" 2>/dev/null)
+  if [ -z "$seen" ] || [ "${seen%% *}" = "$me" ]; then
+    ln -s "$1" "$old/adopted-by" 2>/dev/null; by=$(readlink "$old/adopted-by" 2>/dev/null)
+  fi
+fi
+if [ "$by" = "$1" ]; then printf '%s
+' "$old"; else printf '%s
+' "$new"; fi
+"""
+
+
+def host_root(transport: Transport, root: str | None, host: str) -> str:
+    """The absolute state directory on the host (`~` means that host's home). The default (`root`
+    None) is one per inventory host, `~/.specctl/hosts/<host>`, so hosts that share a home never
+    share state. An installation from before (releases right under `~/.specctl`) is adopted in place
+    by the first inventory host on the machine that wrote it to use it: moving it would move running
+    servers' release directories, which their environment names as proof that specctl started them."""
+    if root is None:
+        return transport.run(["sh", "-c", _DEFAULT_ROOT, "sh", host], retry=True).stdout.strip()
     if root == "~" or root.startswith("~/"):
         home = transport.run(["sh", "-c", 'printf %s "$HOME"']).stdout
         return home + root[1:]

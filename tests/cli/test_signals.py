@@ -70,7 +70,7 @@ def assert_unwound(root: Path, group: int, ledger: Path) -> None:
 def test_one_sigint_unwinds_an_in_process_deploy_then_stops_its_caller(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("HOME", str(tmp_path / "home"))  # the local host's state root is ~/.specctl
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))  # the local host's state root is ~/.specctl/hosts/local
     # the caller is a program with Python's own SIGINT handler; a suite started in the background by a
     # shell inherits SIGINT ignored, and an ignored signal rightly stays ignored (passed_on)
     previous = signal.signal(signal.SIGINT, signal.default_int_handler)
@@ -78,7 +78,7 @@ def test_one_sigint_unwinds_an_in_process_deploy_then_stops_its_caller(
         profile, ledger, root = (
             stuck_profile(tmp_path, 31861),
             tmp_path / "ledger.db",
-            tmp_path / "home" / ".specctl" / NAME,
+            tmp_path / "home" / ".specctl" / "hosts" / "local" / NAME,
         )
         seen: list[int] = []
 
@@ -102,7 +102,7 @@ def test_one_sigint_unwinds_an_in_process_deploy_then_stops_its_caller(
 
 def test_the_cli_process_unwinds_and_exits_130_at_sigint(tmp_path: Path) -> None:
     profile, ledger, home = stuck_profile(tmp_path, 31862), tmp_path / "ledger.db", tmp_path / "home"
-    root = home / ".specctl" / NAME
+    root = home / ".specctl" / "hosts" / "local" / NAME
     child = subprocess.Popen(
         [
             sys.executable,

@@ -19,7 +19,7 @@ NAME = "tiny-llama-demo"
 
 @pytest.fixture
 def local(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cli: Any, fake_engine: Any) -> Any:
-    monkeypatch.setenv("HOME", str(tmp_path / "home"))  # the local host's state root is ~/.specctl
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))  # the local host's state root is ~/.specctl/hosts/local
     v1, v2 = fast_inputs(tmp_path / "work", fake_engine)
     common = ["--ledger", str(tmp_path / "ledger.db")]
     first = cli("--json", "deploy", str(v1), "--no-verify", *common)
@@ -29,7 +29,7 @@ def local(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cli: Any, fake_engine
         "v2": str(v2),
         "common": common,
         "good": first.json()["hosts"][0]["release"],
-        "root": tmp_path / "home" / ".specctl" / NAME,
+        "root": tmp_path / "home" / ".specctl" / "hosts" / "local" / NAME,
     }
     cli("stop", str(v1))
 

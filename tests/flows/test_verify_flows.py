@@ -18,11 +18,11 @@ NAME = "tiny-llama-demo"
 
 @pytest.fixture
 def local(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cli: Any, fake_engine: Any) -> Any:
-    monkeypatch.setenv("HOME", str(tmp_path / "home"))  # the local host's state root is ~/.specctl
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))  # the local host's state root is ~/.specctl/hosts/local
     monkeypatch.setenv("SPECCTL_LEDGER", str(tmp_path / "ledger.db"))
     v1, v2 = fast_inputs(tmp_path / "work", fake_engine, gates=True)
     fake_engine.on(version=2, accept_length=1.9)  # the wrong layers
-    root = tmp_path / "home" / ".specctl" / NAME
+    root = tmp_path / "home" / ".specctl" / "hosts" / "local" / NAME
     yield {"v1": str(v1), "v2": str(v2), "profiles": v1.parent, "root": root}
     cli("stop", str(v1))
 

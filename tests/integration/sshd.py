@@ -123,12 +123,17 @@ class SshLab:
     # each host a machine of its own: its own /etc/machine-id and hostname (what a state root's
     # identity is read from); off, every host is this machine, as the labs' other tests expect
     own_machines: bool = False
+    # a home directory every host's sessions have as $HOME (one NFS home shared by several machines):
+    # where specctl's default state roots live (None: the login user's real home)
+    home: Path | None = None
 
     def start(self, count: int) -> None:
         atexit.register(self.stop)  # the last resort, should a teardown be cut short
         if self.use_namespaces and self.octet is None:
             self.octet = _free_octet()
         self.workdir.mkdir(parents=True, exist_ok=True)
+        if self.home is not None:
+            self.home.mkdir(parents=True, exist_ok=True)
         self.user_key = self.workdir / "id_ed25519"
         _run("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(self.user_key))
         (self.workdir / "authorized_keys").write_text((self.workdir / "id_ed25519.pub").read_text())
@@ -218,6 +223,7 @@ class SshLab:
                     "AllowTcpForwarding yes",
                     "MaxStartups 100",
                     "LogLevel ERROR",
+                    *([f"SetEnv HOME={self.home}"] if self.home is not None else []),
                     "",
                 ]
             )

@@ -208,15 +208,54 @@ def test_a_process_behind_a_recycled_pid_survives_stop_and_status_names_it(
 
 @pytest.fixture(scope="module")
 def machines(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SshLab]:
-    """Two sshd hosts that are machines of their own (machine-id and hostname), in a lab of their own."""
+    """Two sshd hosts that are machines of their own (machine-id and hostname) and mount one home
+    directory (as over NFS), in a lab of their own."""
     if not namespaces_work():
         pytest.skip("machines of their own need root and network namespaces")
-    lab = SshLab(tmp_path_factory.mktemp("machines"), True, tag=f"{os.getpid() % 10000}m", own_machines=True)
+    workdir = tmp_path_factory.mktemp("machines")
+    lab = SshLab(workdir, True, tag=f"{os.getpid() % 10000}m", own_machines=True, home=workdir / "home")
     try:
         lab.start(2)
         yield lab
     finally:
         lab.stop()
+
+
+def test_default_roots_are_one_per_host_on_a_shared_home_and_an_old_root_is_adopted_in_place(
+    cli: Any, machines: SshLab, fleet: dict[str, Any], tmp_path: Path
+) -> None:
+    """h0 and h1 (two machines) mount one home. h0 was deployed to by an earlier specctl, whose default
+    root was ~/.specctl; with today's default (no `root:`) h0 keeps that root, its running server
+    found and provably its own, and h1 gets ~/.specctl/hosts/h1: neither sees the other's state."""
+    lab, home = machines, machines.home
+    assert home is not None
+
+    def inventory(roots: dict[str, str | None]) -> list[str]:
+        path = tmp_path / f"hosts-{len(roots)}.yaml"
+        hosts = {h: {"ssh": h, "python": sys.executable, **({"root": r} if r else {})} for h, r in roots.items()}
+        path.write_text(yaml.safe_dump({"apiVersion": "specctl/v1", "kind": "Inventory", "hosts": hosts}))
+        return ["--inventory", str(path), "--ssh-config", str(lab.ssh_config)]
+
+    old = inventory({"h0": "~/.specctl"})  # the default of earlier versions
+    new = inventory({"h0": None, "h1": None})
+    try:
+        first = cli("--json", "deploy", fleet["v1"], "--hosts", "h0", "--baseline", "skip", *old)
+        assert first.code == 0, first.stdout + first.stderr
+        serving = first.json()["hosts"][0]["release"]
+        [h0] = cli("--json", "status", fleet["v1"], "--hosts", "h0", *new).json()["hosts"]
+        assert h0["current"] == serving and h0["healthy"]  # adopted in place: nothing moved, nothing lost
+        assert os.readlink(home / ".specctl" / "adopted-by") == "h0"
+        second = cli("--json", "deploy", fleet["v1"], "--hosts", "h1", "--baseline", "skip", *new)
+        assert second.code == 0, second.stdout + second.stderr
+        own = home / ".specctl" / "hosts" / "h1"
+        assert (own / "tiny-llama-demo" / "current").resolve().name == second.json()["hosts"][0]["release"]
+        assert (own / "host-identity").read_text().split()[1] == "h1"
+        stopped = cli("--json", "stop", fleet["v1"], "--hosts", "h0", *new)
+        assert stopped.code == 0, stopped.stdout + stopped.stderr
+        rows = {r["host"]: r for r in cli("--json", "status", fleet["v1"], "--hosts", "h0,h1", *new).json()["hosts"]}
+        assert not rows["h0"]["running"] and rows["h1"]["healthy"]  # the stop touched h0's server alone
+    finally:
+        cli("stop", fleet["v1"], "--hosts", "h0,h1", *new)
 
 
 def test_two_hosts_on_one_shared_home_are_refused_a_common_state_root(

@@ -63,7 +63,7 @@ def test_deploys(blocked, tmp_path):
     from tests.cli.test_signals import NAME, server_group, stuck_profile
 
     profile = stuck_profile(tmp_path, int(os.environ["HYGIENE_PORT"]))
-    root = Path(os.environ["HOME"]) / ".specctl" / NAME
+    root = Path(os.environ["HOME"]) / ".specctl" / "hosts" / "local" / NAME
 
     def ready():
         group = server_group(root)

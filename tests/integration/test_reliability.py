@@ -316,7 +316,7 @@ def test_a_deleted_current_release_does_not_hide_the_deploys_own_failure(
 def test_a_ledger_that_fills_up_mid_deploy_leaves_the_host_on_its_previous_release(
     cli: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("HOME", str(tmp_path / "home"))  # the local host's state root is ~/.specctl
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))  # the local host's state root is ~/.specctl/hosts/local
     if os.geteuid() != 0:
         pytest.skip("mounting a tmpfs needs root")
     full = tmp_path / "ledger-fs"
@@ -343,7 +343,7 @@ def test_a_ledger_that_fills_up_mid_deploy_leaves_the_host_on_its_previous_relea
         )
     )
     ledger = full / "ledger.db"
-    root = Path.home() / ".specctl" / NAME
+    root = Path.home() / ".specctl" / "hosts" / "local" / NAME
     try:
         first = cli("--json", "deploy", str(v1), "--no-verify", "--ledger", str(ledger))
         assert first.code == 0, first.stdout + first.stderr
