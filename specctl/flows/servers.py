@@ -54,6 +54,7 @@ class HostStatus:
     verification: str | None = None
     serving_since: str | None = None  # when its record last changed its life (None: a release from before records)
     record: dict[str, Any] | None = None  # the current release's record (release/record.py), for --json
+    ended: str | None = None  # why the current release's server no longer runs, when its platform says (a job's end)
     locked_by: str | None = None
     error: str | None = None
 
@@ -67,7 +68,7 @@ class HostStatus:
             if self.healthy
             else "running, not answering"
             if self.running
-            else "not running"
+            else "not running" + (f": {self.ended}" if self.ended else "")
             if self.current
             else "nothing deployed"
         )
@@ -108,6 +109,8 @@ def status(reach: Reach, profile: str, port: int, hosts: Sequence[HostSpec]) -> 
             kept = release.record(current=True)
             found.verification, found.serving_since = kept.verification.text, kept.since or None
             found.record = kept.to_dict()
+        if release is not None and not found.running:
+            found.ended = platform.ended(release)
         if found.running and release is not None:
             serving = rel.port(release) or port
             found.healthy = EngineClient(server_url(platform, release, serving), timeout_s=10).healthy(timeout_s=10)
