@@ -1,0 +1,125 @@
+"""One window of serving traffic, from the engine's own counters: pure arithmetic, no I/O.
+
+`watch` looks at the engine's `/metrics` every few seconds during a window. Accept length over the
+window is a ratio of sums, Σ tokens / Σ verify steps, and each pair of consecutive looks is one
+observation of such a pair (the interval is then the ratio estimator's, as verify's per request):
+
+- `counters`: the engine counts verify steps (sglang 0.5.13+: `spec_verify_calls_total`, beside
+  `generation_tokens_total`): the window's ratio is exact, in the same definition as a request's
+  `completion_tokens / spec_verify_ct` that verify measured. Both move as requests finish.
+- `gauge`: older engines publish only a gauge, the mean accept length over their last few decode
+  batches (sglang: 40), and a counter of tokens. Each look's gauge stands for the tokens generated
+  since the look before, so the window's ratio is Σ ΔN / Σ (ΔN / L). It is an approximation (a
+  gauge's batches may straddle two looks) and the window says so. A look after no new tokens adds
+  nothing (the gauge is sticky: it repeats its last value while idle), nor does a gauge of 0 (no
+  decode logged yet).
+- `probe`: pairs measured per request on a small probe the watch sent itself (flows build these).
+
+A lifetime average (sglang's `/server_info`) cannot be cut into windows and is never used. A window
+whose looks were answered by different servers (a restart, a release switch) or whose counters went
+back is discarded, with why.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from specctl.verdict.prometheus import Sample, mean, total
+
+__all__ = ["Scrape", "Source", "Window", "from_scrapes"]
+
+
+@dataclass(frozen=True)
+class Source:
+    """Which series carry acceptance on one engine version (the engine's module says)."""
+
+    accept_length: str  # the gauge: mean accept length over the engine's last decode-log interval
+    tokens: str  # counter: tokens generated (as requests finish)
+    requests: str  # counter: requests finished
+    verify_calls: str | None = None  # counter: verify steps (the exact ratio), where the engine has one
+    decode_tokens: str | None = None  # counter moving with every decode step (weights the gauge), if any
+    decode_match: Mapping[str, str] = field(default_factory=dict)  # its labels, e.g. {"mode": "decode"}
+
+
+@dataclass(frozen=True)
+class Scrape:
+    """One look at the engine: when, what `/metrics` said, and which server answered (the release's
+    run id and its process's start, so a restart or a switch shows)."""
+
+    at: float
+    samples: tuple[Sample, ...]
+    serving: str
+
+
+@dataclass(frozen=True)
+class Window:
+    start: float
+    end: float
+    method: str  # "counters" | "gauge" | "probe"
+    pairs: tuple[tuple[float, float], ...] = ()  # (tokens, verify steps), one per observation
+    requests: int = 0  # finished in the window
+    discarded: str | None = None  # why it cannot be judged
+    note: str = ""  # how the ratio was formed, when it is an approximation
+
+    @property
+    def accept_length(self) -> float | None:
+        steps = sum(s for _, s in self.pairs)
+        return sum(t for t, _ in self.pairs) / steps if steps else None
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "start": self.start,
+            "end": self.end,
+            "method": self.method,
+            "observations": len(self.pairs),
+            "requests": self.requests,
+            "accept_length": self.accept_length,
+            "discarded": self.discarded,
+            "note": self.note,
+        }
+
+
+def from_scrapes(scrapes: Sequence[Scrape], source: Source) -> Window:
+    method = "counters" if source.verify_calls else "gauge"
+    if len(scrapes) < 2:
+        at = scrapes[0].at if scrapes else 0.0
+        return Window(at, at, method, discarded="fewer than two looks at the engine in the window")
+    start, end = scrapes[0].at, scrapes[-1].at
+    servers = list(dict.fromkeys(s.serving for s in scrapes))
+    if len(servers) > 1:
+        return Window(
+            start, end, method, discarded=f"another server answered during the window ({' -> '.join(servers)})"
+        )
+    weight = source.verify_calls or source.decode_tokens or source.tokens
+    weight_match = source.decode_match if weight == source.decode_tokens else {}
+    series = {
+        "tokens": [total(s.samples, source.tokens) for s in scrapes],
+        "requests": [total(s.samples, source.requests) for s in scrapes],
+        "weight": [total(s.samples, weight, weight_match) for s in scrapes],
+    }
+    for what, values in series.items():
+        name = {"tokens": source.tokens, "requests": source.requests, "weight": weight}[what]
+        if any(v is None for v in values):
+            return Window(start, end, method, discarded=f"the engine does not report {name} (is it serving metrics?)")
+        if any(b < a for a, b in zip(values, values[1:], strict=False)):  # type: ignore[operator]
+            return Window(start, end, method, discarded=f"{name} went back: the engine restarted during the window")
+    tokens, weights = series["tokens"], series["weight"]
+    requests = int(series["requests"][-1] - series["requests"][0])  # type: ignore[operator]
+    pairs: list[tuple[float, float]] = []
+    if source.verify_calls:
+        for i in range(1, len(scrapes)):
+            steps = weights[i] - weights[i - 1]  # type: ignore[operator]
+            if steps > 0:
+                pairs.append((tokens[i] - tokens[i - 1], steps))  # type: ignore[operator]
+        return Window(start, end, method, tuple(pairs), requests)
+    for i in range(1, len(scrapes)):
+        generated = weights[i] - weights[i - 1]  # type: ignore[operator]
+        gauge = mean(scrapes[i].samples, source.accept_length)
+        if generated > 0 and gauge:
+            pairs.append((generated, generated / gauge))
+    note = (
+        f"from the {source.accept_length} gauge (the engine's mean over its last decode batches), "
+        f"each look weighted by the {weight} generated since the look before"
+    )
+    return Window(start, end, method, tuple(pairs), requests, note=note)
