@@ -23,7 +23,7 @@ import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import replace
+from dataclasses import astuple, replace
 from pathlib import Path
 from typing import Any
 
@@ -45,7 +45,7 @@ from specctl.ledger._sqlite import (
     primary,
     unreadable_wal,
 )
-from specctl.ledger.records import HostRecord, Outcome, Run, StepEvent, now
+from specctl.ledger.records import HostRecord, Outcome, Run, StepEvent, WatchWindow, now
 from specctl.ledger.schema import EVENTS, KINDS, MIGRATIONS, READABLE_SCHEMA, SCHEMA_VERSION, STATUSES
 from specctl.processes import process_alive, start_time
 from specctl.settings import data_dir
@@ -76,6 +76,7 @@ class Ledger:
         self._lock = threading.RLock()  # host threads share the connection, one statement group at a time
         self._step_column = "step"  # a schema-3 ledger read as it is names it `stage`
         self._process_start = "process_start"  # NULL in a schema-3 or -4 ledger read as it is
+        self._watched = True  # a ledger before schema 6 read as it is holds no watch windows
         self.db = self._connect_for_reading() if readonly else self._connect()
         try:
             with self._guard("opening it"):
@@ -200,7 +201,8 @@ class Ledger:
             raise newer_schema(self.path, version)
         elif READABLE_SCHEMA <= version < SCHEMA_VERSION:
             self._step_column = "stage" if version == 3 else "step"
-            self._process_start = "NULL"
+            self._process_start = "NULL" if version < 5 else "process_start"
+            self._watched = False
         elif version < SCHEMA_VERSION:
             raise LedgerError(
                 f"{self.path} has ledger schema {version}; this specctl reads schema {SCHEMA_VERSION}"
@@ -370,6 +372,39 @@ class Ledger:
                 (run_id, seq, host, step, event, now(), detail),
             )
         return seq
+
+    def record_window(self, window: WatchWindow) -> None:
+        """A window a watch run judged (replaces one recorded for the same run, host and start)."""
+        with self._writing(f"recording a watch window of {window.host} for run {window.run_id}") as db:
+            db.execute(
+                "INSERT OR REPLACE INTO watch_windows (run_id, host, release, profile, started_at, ended_at, state,"
+                " look, estimate, low, high, floor, method, requests, action, detail)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (*astuple(window)[:-1], _dumps(window.detail)),
+            )
+
+    def windows(
+        self, *, profile: str | None = None, release: str | None = None, host: str | None = None
+    ) -> list[WatchWindow]:
+        """Watch windows, oldest first, filtered."""
+        if not self._watched:
+            return []
+        sql, args = "SELECT * FROM watch_windows WHERE 1=1", []
+        for column, value in (("profile", profile), ("release", release), ("host", host)):
+            if value:
+                sql += f" AND {column} = ?"
+                args.append(value)
+        rows = self._query(sql + " ORDER BY ended_at, host", args)
+        return [WatchWindow(**{**{k: r[k] for k in r.keys()}, "detail": _loads(r["detail"])}) for r in rows]
+
+    def looks(self, release: str, host: str) -> int:
+        """How many windows of this release on this host were judged (ok or degraded), over every watch run."""
+        if not self._watched:
+            return 0
+        rows = self._query(
+            "SELECT COUNT(*) FROM watch_windows WHERE release = ? AND host = ? AND look > 0", (release, host)
+        )
+        return int(rows[0][0])
 
     def finish(
         self, run_id: str, status: str, *, verdict: Mapping[str, Any] | None = None, note: str | None = None

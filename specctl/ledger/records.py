@@ -83,3 +83,25 @@ class Run:
         if self.events is not None:
             data["events"] = [e.__dict__ for e in self.events]
         return data
+
+
+@dataclass(frozen=True)
+class WatchWindow:
+    """One window `watch` judged on one host's serving release (times are UTC ISO strings)."""
+
+    run_id: str
+    host: str
+    release: str
+    profile: str | None
+    started_at: str
+    ended_at: str
+    state: str  # ok | degraded | unknown
+    look: int  # the how-many-th judged look at the release (0: not judged)
+    estimate: float | None
+    low: float | None
+    high: float | None
+    floor: float | None
+    method: str | None
+    requests: int | None
+    action: str | None  # what watch did about it (None: nothing)
+    detail: dict[str, Any] | None

@@ -3,7 +3,7 @@ ledger file forward (`PRAGMA user_version` is how many have run), never edited i
 
 from __future__ import annotations
 
-KINDS = ("deploy", "verify", "baseline", "rollback", "unlock", "tune", "stage")
+KINDS = ("deploy", "verify", "baseline", "rollback", "unlock", "tune", "stage", "watch")
 STATUSES = ("running", "succeeded", "failed", "killed")
 EVENTS = ("began", "ended", "failed", "undone", "undo-failed")
 
@@ -70,8 +70,32 @@ MIGRATIONS: tuple[str, ...] = (
     """
     ALTER TABLE runs ADD COLUMN process_start TEXT;
     """,
+    # 6: every window `watch` judged on a serving release: its verdict, and what was done about it
+    """
+    CREATE TABLE watch_windows (
+        run_id TEXT NOT NULL REFERENCES runs(id),
+        host TEXT NOT NULL,
+        release TEXT NOT NULL,
+        profile TEXT,
+        started_at TEXT NOT NULL,
+        ended_at TEXT NOT NULL,
+        state TEXT NOT NULL,
+        look INTEGER NOT NULL,
+        estimate REAL,
+        low REAL,
+        high REAL,
+        floor REAL,
+        method TEXT,
+        requests INTEGER,
+        action TEXT,
+        detail TEXT,
+        PRIMARY KEY (run_id, host, started_at)
+    );
+    CREATE INDEX windows_by_release ON watch_windows(release, host, ended_at);
+    CREATE INDEX windows_by_profile ON watch_windows(profile, ended_at);
+    """,
 )
 SCHEMA_VERSION = len(MIGRATIONS)
-# the oldest schema a reading command reads as it is: 3 names the events' step column `stage`, and
-# 3 and 4 lack the runs' process start time (their runs are judged by pid alone)
+# the oldest schema a reading command reads as it is: 3 names the events' step column `stage`, 3 and 4
+# lack the runs' process start time (their runs are judged by pid alone), and before 6 nothing watched
 READABLE_SCHEMA = 3

@@ -103,7 +103,7 @@ def test_a_ledger_at_schema_2_gains_the_events_table(tmp_path: Path) -> None:
     db.commit()
     db.close()
     book = Ledger(path)
-    assert book.db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 5
+    assert book.db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 6
     assert book.get("old").events == () and book.record_event("old", "h", "verify", "began") == 1
     book.close()
     reader = Ledger(path, readonly=True)
@@ -133,7 +133,7 @@ def test_a_ledger_at_schema_3_reads_as_it_is_and_migrates_its_column_to_step(tmp
     reader.close()
     assert sqlite3.connect(path).execute("PRAGMA user_version").fetchone()[0] == 3
     book = Ledger(path)
-    assert book.db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 5
+    assert book.db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 6
     columns = [row[1] for row in book.db.execute("PRAGMA table_info(run_events)")]
     assert "step" in columns and "stage" not in columns
     assert book.record_event("old", "h", "verify", "began") == 2

@@ -187,3 +187,26 @@ def test_commands_opening_a_new_ledger_at_once_migrate_it_once(tmp_path: Path) -
     book = Ledger(path)
     assert book.db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
     book.close()
+
+
+def test_watch_windows_are_recorded_and_looks_counted_per_release_and_host(tmp_path: Path) -> None:
+    from specctl.ledger.records import WatchWindow
+
+    book = Ledger(tmp_path / "ledger.db")
+    with book.recording("w1", "watch", command="specctl watch p", hosts=["h0"]):
+        pass
+
+    def window(start: str, state: str, look: int, host: str = "h0") -> WatchWindow:
+        return WatchWindow(
+            "w1", host, "r1", "p", start, start, state, look, 3.1, 2.9, 3.3, 3.0, "counters", 12, None, {"why": state}
+        )
+
+    book.record_window(window("2026-12-03T10:00:00Z", "ok", 1))
+    book.record_window(window("2026-12-03T10:05:00Z", "unknown", 0))
+    book.record_window(window("2026-12-03T10:10:00Z", "degraded", 2))
+    book.record_window(window("2026-12-03T10:10:00Z", "ok", 1, host="h1"))
+    assert book.looks("r1", "h0") == 2 and book.looks("r1", "h1") == 1 and book.looks("r2", "h0") == 0
+    kept = book.windows(release="r1", host="h0")
+    assert [w.state for w in kept] == ["ok", "unknown", "degraded"] and kept[2].detail == {"why": "degraded"}
+    assert len(book.windows(profile="p")) == 4
+    book.close()
