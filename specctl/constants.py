@@ -20,6 +20,7 @@ K8S_MODEL_MOUNT = "/specctl/models"  # where `render --target k8s` mounts the mo
 K8S_PYTHON = "python3"  # the interpreter of the engines' published images, in place of a host's engine.python
 STAGE_PARALLEL = 4  # hosts downloading checkpoints at once (the Hub, a mirror or a shared uplink is the limit)
 TIME_LIMIT_WARN_S = 60 * 60  # `status` flags a Slurm job whose time limit ends serving within this
-# how long a login node's SSH connection may stay down under readiness and verify's requests (through
-# a tunnel) before the failure counts: channels are opened again, and requests sent again, meanwhile
+# how long a host's (a login node's) SSH connection may stay down while a server starts, or under
+# verify's requests through a tunnel, before the failure counts: readiness keeps looking, channels are
+# opened again and cut-off requests sent again meanwhile
 LOGIN_BLIP_BUDGET_S = 30.0

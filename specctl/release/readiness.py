@@ -2,7 +2,8 @@
 
 Readiness is asked over HTTP and the server's liveness and log over SSH (from its platform: a process
 group, or a scheduler's job, which may first wait in a queue); a connection that drops and comes
-back in the middle only costs a poll, and one that stays down ends the wait at its budget.
+back in the middle only costs a poll, and one that stays down for LOGIN_BLIP_BUDGET_S (or past the
+start-up budget, whichever ends first) ends the wait as the lost connection it is.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import time
 from collections.abc import Callable, Sequence
 
 from specctl.cancel import NEVER, CancelToken
+from specctl.constants import LOGIN_BLIP_BUDGET_S
 from specctl.errors import ConnectionLost, HostError
 from specctl.release.platform import Platform
 from specctl.release.release import Release
@@ -57,6 +59,7 @@ def wait_ready(
     pause = look_pause = min(0.05, poll_s)
     next_look = start
     address: str | None = t.address if platform.on_host else None  # a job's is known once it is placed
+    lost_since: float | None = None  # since when the host's connection has been down
     while True:
         if address is not None:
             host, reached = platform.endpoint(address, port)
@@ -68,9 +71,17 @@ def wait_ready(
             try:
                 seen = platform.observe(release, handle)
                 alive, lines, waiting, ended = seen.alive, seen.lines, seen.waiting, seen.ended
-                address = seen.address or address
-            except ConnectionLost:
+                address, lost_since = seen.address or address, None
+            except ConnectionLost as lost:
                 alive, ended = True, None  # unknown: the server may well be loading; its health decides, or the budget
+                lost_since = lost_since or time.monotonic()
+                if time.monotonic() - lost_since > LOGIN_BLIP_BUDGET_S:
+                    raise ConnectionLost(
+                        f"{lost.message} (the connection stayed lost for more than {LOGIN_BLIP_BUDGET_S:.0f} s "
+                        "while the server started)",
+                        host=t.name,
+                        fix=lost.fix,
+                    ) from None
                 on_progress("host connection lost; still waiting")
             if not alive:
                 raise StartupFailed(

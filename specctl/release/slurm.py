@@ -259,6 +259,7 @@ class SlurmPlatform:
         self.transport = transport
         self.cluster = cluster
         self._secrets: dict[int, dict[str, str]] = {}  # job id -> the secrets its steps still wait for
+        self._started: dict[str, tuple[int, int]] = {}  # run id -> the job this platform submitted, its deadline (s)
 
     @classmethod
     def on(cls, spec: HostSpec, transport: Transport) -> Platform:
@@ -336,6 +337,7 @@ class SlurmPlatform:
             )
         if _secret_names(script):  # its steps wait for them: fed once it runs (observe)
             self._secrets[int(first)] = dict(env or {})
+        self._started[release.run_id] = (int(first), int(deadline))
         return int(first)
 
     def _submitted(self, release: rel.Release, comment: str, lost: ConnectionLost) -> int | None:
@@ -408,8 +410,22 @@ class SlurmPlatform:
         return self.transport.forward(address, port) if self.cluster.tunnel else (address, port)
 
     def stop(self, release: rel.Release) -> bool:
-        ids = [s.handle for s in self.servers(release.base) if s.release == release.run_id]
-        self._cancel(ids)
+        try:
+            ids = [s.handle for s in self.servers(release.base) if s.release == release.run_id]
+            self._cancel(ids)
+        except ConnectionLost as lost:
+            started = self._started.get(release.run_id)
+            if started is None:
+                raise
+            job, confirm_s = started
+            raise ConnectionLost(
+                f"{lost.message}; job {job} of release {release.run_id} could not be cancelled: it cancels itself "
+                f"{confirm_s} s after it started unless made current, and the job that served before was never "
+                "stopped: it keeps serving",
+                host=self.transport.name,
+                fix="once the login node is back, `specctl status` shows both jobs and `specctl stop` or a new "
+                "deploy tidies up",
+            ) from None
         return bool(ids)
 
     def stop_running(self, root: str, profile: str, *, keep: str | None = None) -> list[str]:

@@ -573,3 +573,37 @@ def test_a_submission_whose_reply_is_cut_off_is_adopted_never_submitted_twice(
     assert (release / "job-id").read_text().strip() == mine[0][0]
     assert jobs(slurm, "slurm-lost") == {run_id: "RUNNING"}
     cli("stop", str(v1), *common[:4])
+
+
+def test_a_login_node_lost_for_good_while_the_new_job_starts_keeps_the_old_job_and_says_so(
+    cli: Any, slurm: SlurmLab, lab: SshLab, tmp_path: Path
+) -> None:
+    """The login node goes away for good once the new job runs (its start is slow): readiness counts
+    the lost connection after LOGIN_BLIP_BUDGET_S, the new job cannot be cancelled nor `current`
+    switched; the deploy says that the new job cancels itself, unconfirmed, and that the old one,
+    never stopped, keeps serving."""
+    if not lab.use_namespaces:
+        pytest.skip("the login node must be a host of its own")
+    v1, _ = write_inputs(tmp_path, PORT + 11, gates=True)
+    on_cluster(v1, "slurm-gone")
+    inventory = login_inventory(tmp_path / "hosts.yaml", slurm, lab, "specctl-gone", setup=["sleep 3"])
+    common = ["--inventory", str(inventory), "--ssh-config", str(lab.ssh_config), "--ledger", str(tmp_path / "l.db")]
+    first = cli("--json", "deploy", str(v1), "--baseline", "skip", "--no-verify", *common)
+    assert first.code == 0, first.stdout + first.stderr
+    run1 = first.json()["hosts"][0]["release"]
+    watcher = _when_running(slurm, "slurm-gone", run1, lambda node: lab.kill_sshd(lab.hosts["h0"]))
+    try:
+        result = cli("--json", "deploy", str(v1), "--baseline", "skip", "--no-verify", *common)
+        watcher.join()
+        assert result.code != 0, result.stdout
+        [host] = result.json()["hosts"]
+        [run2] = [r for r in jobs(slurm, "slurm-gone") if r != run1]
+        assert f"job of release {run2}" not in host["detail"]
+        assert f"of release {run2} could not be cancelled: it cancels itself" in host["detail"], host
+        assert "the job that served before was never stopped: it keeps serving" in host["detail"], host
+        assert jobs(slurm, "slurm-gone") == {run1: "RUNNING", run2: "RUNNING"}
+        current = slurm.shared_dir / "specctl-gone" / "slurm-gone" / "current"
+        assert os.readlink(current).endswith(run1)
+    finally:
+        lab.start_sshd(lab.hosts["h0"])
+    cli("stop", str(v1), *common[:4])
