@@ -12,7 +12,9 @@ server's (`srun --overlap`, one task a node) whose tasks copy their standard inp
 and that input is the secrets, sent over specctl's own connection to the login node. They are then in
 the servers' environment only, where any process's environment is: readable by the node's root.
 A named pipe is a name in the release directory, never data on disk; a one-shot socket would need a
-port and an authenticated peer, and srun's input forwarding is already both.
+port and an authenticated peer, and srun's input forwarding is already both. A release whose job
+script was written before (its steps wait for nothing) still gets them in sbatch's environment, as it
+always did, so that a rollback to it serves.
 """
 
 from __future__ import annotations
@@ -316,16 +318,21 @@ class SlurmPlatform:
 
     def start(self, release: rel.Release, *, confirm_within_s: float, env: Mapping[str, str] | None = None) -> int:
         script = self.transport.read(release.path(JOB_FILE)) or b""
-        names = sorted({*_secret_names(script), *(env or {})})
+        waits = _secret_names(script)
+        # a job script written before its steps waited for their secrets gets them as it always did,
+        # in sbatch's environment (a rollback to such a release still serves); every other never does
+        legacy = dict(env or {}) if env and not waits else {}
+        names = [] if legacy else sorted({*waits, *(env or {})})
         deadline = str(int(confirm_within_s) + SHARED_STORAGE_SLACK_S)
         comment = f"{JOB_PREFIX}{release.run_id}:{token_hex(4)}"  # this submission's, should its reply be lost
         argv = ["sh", "-c", _SUBMIT, "sh", release.dir, " ".join(names), f"--comment={comment}", JOB_FILE, deadline]
+        submit_env = {**self.cluster.env, **legacy} or None
         try:
-            done = self.transport.run(argv, env=dict(self.cluster.env) or None, timeout_s=120, check=False)
+            done = self.transport.run(argv, env=submit_env, timeout_s=120, check=False)
         except ConnectionLost as lost:
             job = self._submitted(release, comment, lost)
             if job is None:  # sbatch never answered, and the controller has no such job: submit it now
-                done = self.transport.run(argv, env=dict(self.cluster.env) or None, timeout_s=120, check=False)
+                done = self.transport.run(argv, env=submit_env, timeout_s=120, check=False)
             else:
                 done = Completed(0, f"{job}\n".encode(), "")
         first = done.stdout.strip().split(";")[0]
@@ -335,7 +342,7 @@ class SlurmPlatform:
                 host=self.transport.name,
                 fix="check the cluster entry (partition, account, qos, time, gres) against `sinfo` and your allocation",
             )
-        if _secret_names(script):  # its steps wait for them: fed once it runs (observe)
+        if waits:  # its steps wait for them: fed once it runs (observe)
             self._secrets[int(first)] = dict(env or {})
         self._started[release.run_id] = (int(first), int(deadline))
         return int(first)

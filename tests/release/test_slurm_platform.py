@@ -14,6 +14,7 @@ import pytest
 
 from specctl.errors import ConnectionLost, HostError
 from specctl.hosts.local import local_transport
+from specctl.plan.sbatch import SECRETS_COMMENT
 from specctl.profile.inventory import SlurmCluster
 from specctl.release.release import Release
 from specctl.release.slurm import SlurmPlatform, with_time_limit
@@ -181,3 +182,18 @@ class _LosesFirstReply:
             self.lost = True
             raise ConnectionLost("lab: the connection was lost", host="lab")
         return done
+
+
+def test_secrets_never_reach_sbatch_unless_the_job_script_predates_their_pipes(tmp_path: Path) -> None:
+    for waits, seen_by_sbatch in ((True, "unset"), (False, "s3cr3t")):
+        d = tmp_path / str(waits)
+        saw = d / "sbatch-saw"
+        slurm, release = target(d, sbatch=f'echo "${{HF_TOKEN-unset}}" >{saw}; echo 31')
+        script = "#!/bin/sh\n" + (f"{SECRETS_COMMENT} HF_TOKEN\n" if waits else "")
+        Path(release.path("job.sbatch")).write_text(script)
+        os.environ["HF_TOKEN"] = "s3cr3t"  # a local login: specctl's own environment holds it
+        try:
+            assert slurm.start(release, confirm_within_s=60, env={"HF_TOKEN": "s3cr3t"}) == 31
+        finally:
+            del os.environ["HF_TOKEN"]
+        assert saw.read_text().strip() == seen_by_sbatch
