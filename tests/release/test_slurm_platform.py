@@ -161,7 +161,7 @@ def test_a_submission_whose_reply_was_lost_is_adopted_by_its_comment_or_made_aga
             "esac; done; echo 45"
         )
         slurm, release = target(d, sbatch=sbatch, squeue=squeue)
-        slurm.transport = _LosesFirstReply(slurm.transport)
+        slurm.transport = _LosesFirstReply(slurm.transport)  # type: ignore[assignment]
         assert slurm.start(release, confirm_within_s=60) == expected
         assert len(count.read_text().split()) == submissions
         assert Path(release.path("job-id")).read_text().strip() == str(expected)
