@@ -64,6 +64,7 @@ class LaunchSpec:
     engine_version: str | None = None
     adaptive: bool = False  # the engine changes num_steps at run time from the acceptance it sees
     adaptive_config: str | None = None  # a file of tiers for it (a path the launch script expands)
+    metrics: bool = False  # serve the engine's Prometheus metrics (what `specctl watch` measures)
 
 
 @dataclass(frozen=True)

@@ -106,6 +106,7 @@ def build_plan(
             engine_version=p.engine.version,
             adaptive=bool(p.speculative.adaptive) and not baseline,
             adaptive_config=ADAPTIVE_PATH if adaptive_config is not None else None,
+            metrics=p.engine.metrics and not ({"enable-metrics", "enable_metrics"} & set(p.engine.args)),
         )
         launch = inputs.engine.argv(spec)
         argv = [*launch.words]

@@ -173,6 +173,14 @@ class EngineSettings(StrictModel):
     port: Annotated[int, Field(ge=1, le=65535)] = 30000
     args: Annotated[dict[str, ArgValue], Field(description="extra engine flags, checked against its flag catalog")] = {}
     env: dict[str, str] = {}
+    # on by default, and then left out of the profile's digest: profiles written before it keep theirs
+    metrics: Annotated[
+        bool,
+        Field(
+            description="serve the engine's Prometheus metrics (sglang: --enable-metrics), which `specctl watch` reads",
+            exclude_if=lambda on: on is True,
+        ),
+    ] = True
 
     @field_validator("python")
     @classmethod
@@ -288,6 +296,19 @@ class Tune(StrictModel):
     batch: Annotated[int, Field(ge=1, description="requests between two looks at a candidate's interval")] = 4
 
 
+class Watch(StrictModel):
+    """How `specctl watch` judges the serving release (not part of what is served)."""
+
+    tolerance: Annotated[
+        float,
+        Field(
+            ge=0,
+            description="accept-length units below the verified interval's lower bound that a window may fall "
+            "before it is degraded (the profile's gate applies regardless)",
+        ),
+    ] = 0.3
+
+
 class Profile(StrictModel):
     """A versioned statement of what to serve: target, drafter and its manifest, parallelism, GPU, engine."""
 
@@ -305,6 +326,7 @@ class Profile(StrictModel):
     hosts: list[str] = []
     # how to search speculative settings; not part of what is served, so not part of the profile's digest
     tune: Annotated[Tune | None, Field(exclude=True)] = None
+    watch: Annotated[Watch, Field(exclude=True)] = Watch()
 
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True, populate_by_name=True, defer_build=True)
 

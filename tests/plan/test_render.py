@@ -81,6 +81,7 @@ def test_exact_argv_of_the_llama_example(hub_env: Path) -> None:
         "0.0.0.0",
         "--port",
         "30000",
+        "--enable-metrics",  # engine.metrics (the default): what `specctl watch` reads
         "--mem-fraction-static",
         "0.8",
         "--max-running-requests",
@@ -266,3 +267,14 @@ def test_adaptive_tiers_travel_in_the_release_and_the_launch_script_names_them(t
     s.profile = built_in
     argv = static.plan(static.check(s.write())).nodes[0].argv
     assert "--speculative-adaptive" in argv and "--speculative-adaptive-config" not in argv
+
+
+def test_metrics_are_served_by_default_once_and_can_be_turned_off(tmp_path: Path) -> None:
+    def argv(name: str, **engine: object) -> tuple[str, ...]:
+        s = Scenario(tmp_path / name)
+        s.profile = merge(s.profile, {"engine": engine})
+        return static.plan(static.check(s.write())).nodes[0].argv
+
+    assert argv("default").count("--enable-metrics") == 1
+    assert "--enable-metrics" not in argv("off", metrics=False)
+    assert argv("by-hand", args={"enable-metrics": True}).count("--enable-metrics") == 1  # not twice

@@ -209,6 +209,8 @@ class SGLangEngine:
             addr_at = len(argv)
             argv += [spec.dist_init_addr or ""]
         argv += ["--host", spec.host, "--port", str(spec.port)]
+        if spec.metrics:
+            argv += ["--enable-metrics"]
         return LaunchArgv(tuple(argv), rank_at, addr_at)
 
     def drafter_ids(self, config: Mapping[str, Any]) -> list[int] | None:
