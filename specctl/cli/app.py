@@ -30,6 +30,7 @@ COMMAND_MODULES = {
     "baseline": "verify_cmds",
     "rollback": "verify_cmds",
     "tune": "tune_cmds",
+    "watch": "watch_cmds",
     "runs": "runs_cmds",
     "show": "runs_cmds",
     "diff": "runs_cmds",

@@ -226,6 +226,39 @@ def baseline_view(rows: Sequence[Mapping[str, Any]]) -> RenderableType:
     return table
 
 
+def _window_text(row: Mapping[str, Any]) -> tuple[str, str, str]:
+    """(accept length with its interval, floor, why) of one host's watch window (HostWindow.to_dict)."""
+    verdict = row.get("verdict") or {}
+    interval = verdict.get("interval")
+    measured = f"{interval['estimate']:.2f} [{interval['low']:.2f}, {interval['high']:.2f}]" if interval else "-"
+    floor = verdict.get("floor")
+    why = row.get("error") or verdict.get("reason") or ""
+    if row.get("action"):
+        why += f"; {row['action']}"
+    return measured, "-" if floor is None else f"{floor:.2f}", why
+
+
+def watch_view(profile: str, rows: Sequence[Mapping[str, Any]]) -> RenderableType:
+    """One watch window per host: its state, accept length (interval), the floor it is held to, why."""
+    from rich.table import Table
+
+    table = Table(
+        "host", "release", "state", "accept length", "floor", "why", title=f"watch {profile}", title_justify="left"
+    )
+    for r in rows:
+        measured, floor, why = _window_text(r)
+        state = r["state"].upper() if r["state"] in ("degraded", "unreachable") else r["state"]
+        table.add_row(r["host"], r.get("release") or "-", state, measured, floor, why)
+    return table
+
+
+def watch_line(result: Any) -> str:
+    """One line per host and window, for a watch that keeps running."""
+    row = result.to_dict()
+    measured, floor, why = _window_text(row)
+    return f"{row['host']} {row.get('release') or '-'}: {row['state']} accept length {measured} floor {floor}: {why}"
+
+
 def steps_view(events: Sequence[Any]) -> RenderableType:
     """A run's step boundaries per host: each step with how it ended and how long it took."""
     from rich.table import Table

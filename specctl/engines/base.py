@@ -6,6 +6,11 @@ talk to an Engine through this interface (see ADDING.md for the steps to add one
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from specctl.verdict.window import Source
+
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -292,6 +297,11 @@ class Engine(Protocol):
 
     def http_contract(self, version: str) -> HttpContract:
         """What this version's HTTP API answers verify with."""
+        ...
+
+    def watch_source(self, version: str) -> Source | None:
+        """Which of this version's Prometheus series carry speculative acceptance, for `watch`
+        (None: the engine serves none)."""
         ...
 
     def chat_ids_command(self, python: str, argv: Sequence[str]) -> list[str]:

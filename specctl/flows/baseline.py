@@ -68,14 +68,10 @@ def baseline(ctx: Context, report: CheckReport, host: HostSpec) -> tuple[str, Ba
     ) as rec:
         with session.locked(rec.run_id):
             release = session.release(rec.run_id, name + BASELINE_SUFFIX)
-            change = Change(
+            change = Change.new(
                 session,
                 release,
-                port=profile.engine.port,
-                python=profile.engine.python,
-                distribution=report.inputs.engine.distribution(),
-                startup_phases=report.inputs.engine.startup_phases(),
-                budget_s=ctx.budget_s,
+                report,
                 files=release_contents(
                     report,
                     the_plan,

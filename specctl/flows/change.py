@@ -26,6 +26,7 @@ from specctl.engines import get_engine
 from specctl.errors import HostError
 from specctl.facts import host as host_facts
 from specctl.flows.session import HostSession
+from specctl.flows.static import CheckReport
 from specctl.flows.steps import Step, Undo
 from specctl.release import release as rel
 from specctl.release import staging
@@ -80,6 +81,21 @@ class Change:
             distribution=engine.distribution(),
             startup_phases=engine.startup_phases(),
             budget_s=rel.startup_budget(release, STARTUP_BUDGET_S),
+            **options,
+        )
+
+    @classmethod
+    def new(cls, session: HostSession, release: rel.Release, report: CheckReport, **options: Any) -> Change:
+        """Bringing up a new release of the checked profile (its files among `options`)."""
+        p, engine = report.inputs.profile, report.inputs.engine
+        return cls(
+            session,
+            release,
+            port=p.engine.port,
+            python=p.engine.python,
+            distribution=engine.distribution(),
+            startup_phases=engine.startup_phases(),
+            budget_s=options.pop("budget_s", session.ctx.budget_s),
             **options,
         )
 

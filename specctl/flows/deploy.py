@@ -171,7 +171,7 @@ class Deploy:
             result.detail += f"; stopped {', '.join(retired)}"
 
     def change(self, rank: int, session: HostSession) -> Change:
-        p, engine = self.report.inputs.profile, self.report.inputs.engine
+        p = self.report.inputs.profile
         node = self.plan.nodes[rank]
         gate = self.stage_gate
         if session.spec.hf_home:  # this host's cache, from the inventory
@@ -189,14 +189,10 @@ class Deploy:
                 hf_home=session.spec.hf_home,
             )
 
-        return Change(
+        return Change.new(
             session,
             release,
-            port=p.engine.port,
-            python=p.engine.python,
-            distribution=engine.distribution(),
-            startup_phases=engine.startup_phases(),
-            budget_s=self.ctx.budget_s,
+            self.report,
             files=files,
             ready_gate=self.gate,
             node_rank=rank,

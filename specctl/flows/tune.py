@@ -199,19 +199,14 @@ class Search:
         """Bring the candidate up in place of what runs, and measure it; a candidate that does not
         start or answer is recorded as failed and the search goes on."""
         session, p = self.session, self.report.inputs.profile
-        engine = self.report.inputs.engine
         release = session.release(rel.new_run_id())
         creport = candidate_report(self.report, candidate, self.rec.run_id)
         the_plan = plan(creport)
         node = dataclasses.replace(the_plan.nodes[0], env=host_env(the_plan.nodes[0].env, session.spec.hf_home))
-        change = Change(
+        change = Change.new(
             session,
             release,
-            port=p.engine.port,
-            python=p.engine.python,
-            distribution=engine.distribution(),
-            startup_phases=engine.startup_phases(),
-            budget_s=self.ctx.budget_s,
+            self.report,
             files=lambda staged: release_contents(creport, the_plan, node, staged),
             checkpoints=profile_checkpoints(p, baseline=False),
             stage_env=host_env(p.engine.env, session.spec.hf_home),

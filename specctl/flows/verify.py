@@ -191,9 +191,14 @@ def verify_and_record(
         verdict=verdict.to_dict(),
         passed=verdict.passed,
     )
+    judged = verdict.to_dict()
     session.release(run_id).update_record(
         verification=Verification(
-            "verified" if verdict.passed else "failed", rec.run_id, now(), gate_intervals(verdict.to_dict()["gates"])
+            "verified" if verdict.passed else "failed",
+            rec.run_id,
+            now(),
+            gate_intervals(judged["gates"]),
+            accept_length=judged["summary"].get("accept_length"),
         )
     )
     return verdict

@@ -16,6 +16,7 @@ from specctl.hosts.transport import Transport
 if TYPE_CHECKING:
     from specctl.profile.inventory import Host, KubernetesCluster, SlurmCluster
 
+
 @dataclass(frozen=True)
 class HostSpec:
     """One host to act on: how to reach it and where its state lives."""

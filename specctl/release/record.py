@@ -46,6 +46,9 @@ class Verification:
     at: str | None = None
     gates: tuple[dict[str, Any], ...] = ()
     tune_candidate: bool = False
+    accept_length: dict[str, Any] | None = (
+        None  # the headline interval (estimate, low, high, n): what `watch` holds it to
+    )
 
     @property
     def text(self) -> str:
@@ -117,6 +120,7 @@ class ReleaseRecord:
                 v.get("at"),
                 gates,
                 bool(v.get("tune_candidate")),
+                v["accept_length"] if isinstance(v.get("accept_length"), dict) else None,
             ),
         )
 

@@ -226,6 +226,10 @@ class EngineClient:
         """The server's resolved arguments, at the route its version serves them on."""
         return self._object("GET", path, timeout_s)
 
+    def metrics(self, *, timeout_s: float | None = None) -> str:
+        """The engine's Prometheus metrics page (text exposition format; served with --enable-metrics)."""
+        return self._answer("GET", "/metrics", timeout_s=timeout_s).decode(errors="replace")
+
     def model_info(self, *, timeout_s: float | None = None) -> dict[str, Any]:
         return self._object("GET", "/model_info", timeout_s)
 
