@@ -49,9 +49,31 @@ def terminal_chart(series: dict[str, list[dict[str, Any]]]) -> str:
     return "\n".join(lines)
 
 
-def html_report(series: dict[str, list[dict[str, Any]]], tunes: Sequence[Mapping[str, Any]] = ()) -> str:
+def watch_chart(windows: Sequence[Mapping[str, Any]]) -> str:
+    """One sparkline per host and release of `watch`'s judged windows, with the floor they are held to."""
+    groups: dict[tuple[str, str], list[Mapping[str, Any]]] = {}
+    for w in windows:
+        groups.setdefault((w["host"], w["release"]), []).append(w)
+    lines = []
+    for (host, release), rows in groups.items():
+        values = [r.get("estimate") for r in rows]
+        degraded = sum(r["state"] == "degraded" for r in rows)
+        floor = rows[-1].get("floor")
+        lines.append(
+            f"watch {host:<10} {release:<24} {_spark(values)}  ({len(rows)} windows, {degraded} degraded"
+            + (f"; floor {floor:.3g})" if floor is not None else ")")
+        )
+    return "\n".join(lines)
+
+
+def html_report(
+    series: dict[str, list[dict[str, Any]]],
+    tunes: Sequence[Mapping[str, Any]] = (),
+    windows: Sequence[Mapping[str, Any]] = (),
+) -> str:
     """A standalone HTML page: one SVG line chart per profile and metric, no scripts, no downloads;
-    then, for each tune run given (its `tune --json` data), its candidates and heat map."""
+    then `watch`'s windows per host and release against the band they are held to; then, for each
+    tune run given (its `tune --json` data), its candidates and heat map."""
     parts = [
         "<!doctype html><meta charset='utf-8'><title>specctl runs</title>",
         _STYLE,
@@ -61,8 +83,67 @@ def html_report(series: dict[str, list[dict[str, Any]]], tunes: Sequence[Mapping
         parts.append(f"<h2>{html.escape(profile)}</h2>")
         for key, label in _lines(points):
             parts.append(_svg(label, [(p["run"], p["version"], p.get(key)) for p in points]))
+    parts += watch_section(windows)
     parts += [tune_section(t) for t in tunes]
     return "\n".join(parts) + "\n"
+
+
+def watch_section(windows: Sequence[Mapping[str, Any]]) -> list[str]:
+    """One chart per profile, host and release: each judged window's accept length with its interval,
+    the verified lower bound and the floor a window must stay above (`WatchWindow` rows as dicts)."""
+    groups: dict[tuple[str, str, str], list[Mapping[str, Any]]] = {}
+    for w in windows:
+        groups.setdefault((w.get("profile") or "-", w["host"], w["release"]), []).append(w)
+    if not groups:
+        return []
+    parts = ["<h2>watch: accept length while serving</h2>"]
+    for (profile, host, release), rows in groups.items():
+        parts.append(f"<h3>{html.escape(profile)} on {html.escape(host)}, release {html.escape(release)}</h3>")
+        parts.append(_band_svg(rows))
+    return parts
+
+
+def _band_svg(rows: Sequence[Mapping[str, Any]]) -> str:
+    width, height, pad = 560, 220, 34
+    expected = (rows[-1].get("detail") or {}).get("expected") or {}
+    lines = {"floor": rows[-1].get("floor"), "verified": expected.get("verified_low")}
+    values = [v for r in rows for v in (r.get("low"), r.get("high")) if v is not None]
+    values += [v for v in lines.values() if v is not None]
+    if not values:
+        return "<p>no judged window</p>"
+    low, high = min(values), max(values)
+    span = (high - low) or 1.0
+    step = (width - 2 * pad) / max(1, len(rows) - 1)
+
+    def y(v: float) -> float:
+        return float(height - pad - (v - low) / span * (height - 2 * pad))
+
+    marks = []
+    for i, r in enumerate(rows):
+        x = pad + i * step
+        colour = {"ok": "#396", "degraded": "#c33"}.get(r["state"], "#999")
+        tip = html.escape(f"{r['ended_at']}: {r['state']}" + (f" {r['estimate']:.3g}" if r.get("estimate") else ""))
+        if r.get("low") is not None and r.get("high") is not None:
+            marks.append(
+                f"<line x1='{x:.1f}' x2='{x:.1f}' y1='{y(r['low']):.1f}' y2='{y(r['high']):.1f}' stroke='{colour}'/>"
+            )
+        if r.get("estimate") is not None:
+            marks.append(
+                f"<circle cx='{x:.1f}' cy='{y(r['estimate']):.1f}' r='4' fill='{colour}'><title>{tip}</title></circle>"
+            )
+        else:
+            marks.append(f"<text x='{x:.1f}' y='{height - 8}' fill='#999'>?<title>{tip}</title></text>")
+    for name, value in lines.items():
+        if value is not None:
+            marks.append(
+                f"<line x1='{pad}' x2='{width - pad}' y1='{y(value):.1f}' y2='{y(value):.1f}' stroke='#888' "
+                f"stroke-dasharray='{'4 3' if name == 'floor' else '1 0'}'><title>{name} {value:.3g}</title></line>"
+            )
+    label = f"accept length per window ({low:.3g} .. {high:.3g}); grey: verified lower bound, dashed: floor"
+    return (
+        f"<svg width='{width}' height='{height}' role='img' aria-label='watch windows'>"
+        f"<text x='{pad}' y='18'>{html.escape(label)}</text>{''.join(marks)}</svg>"
+    )
 
 
 _STYLE = (

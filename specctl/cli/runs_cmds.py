@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
@@ -52,7 +53,7 @@ def runs(
     """The ledger's runs, oldest first. The short run ids shown are accepted by show, diff and rollback --to."""
     from datetime import UTC, datetime
 
-    from specctl.cli.charts import html_report, terminal_chart
+    from specctl.cli.charts import html_report, terminal_chart, watch_chart
     from specctl.cli.views import runs_view
     from specctl.ledger.history import brief, metrics, short_ids, trend
     from specctl.ledger.schema import KINDS
@@ -68,9 +69,11 @@ def runs(
         book.close()
     if plot or plot_file:
         series = trend(found)
+        watched = [dataclasses.asdict(w) for w in _windows(ledger, profile, names)]
         if plot_file:
-            plot_file.write_text(html_report(series))
-        output.result({"series": series, **({"report": str(plot_file)} if plot_file else {})}, terminal_chart(series))
+            plot_file.write_text(html_report(series, windows=watched))
+        chart = terminal_chart(series) + ("\n" + watch_chart(watched) if watched else "")
+        output.result({"series": series, "watch": watched, **({"report": str(plot_file)} if plot_file else {})}, chart)
         return
     rows = [{**brief(r), **metrics(r)} for r in found]
     short = short_ids([r.id for r in found] + [r.parent for r in found if r.parent])
@@ -86,6 +89,16 @@ def runs(
         ),
         fit=out != "wide",
     )
+
+
+def _windows(ledger: str | None, profile: str | None, hosts: list[str], run_id: str | None = None) -> list[Any]:
+    """`watch`'s windows of the profile (every one, when none is named) on the hosts, oldest first."""
+    book = _open(ledger)
+    try:
+        found = book.windows(profile=profile, run_id=run_id)
+    finally:
+        book.close()
+    return [w for w in found if not hosts or w.host in hosts]
 
 
 def _host_names(hosts: str | None, inventory: str | None) -> list[str]:
@@ -153,7 +166,13 @@ def show(
             views.append(Pretty({"host": record.host, "release": record.release, "verdict": record.verdict}))
     if found.events:
         views.append(steps_view(found.events))
-    output.result(found.to_dict(), Group(*views))
+    data = found.to_dict()
+    if found.kind == "watch":
+        from specctl.cli.views import windows_view
+
+        data["windows"] = [dataclasses.asdict(w) for w in _windows(ledger, None, [], found.id)]
+        views.append(windows_view(data["windows"]))
+    output.result(data, Group(*views))
 
 
 def diff(

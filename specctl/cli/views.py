@@ -252,6 +252,26 @@ def watch_view(profile: str, rows: Sequence[Mapping[str, Any]]) -> RenderableTyp
     return table
 
 
+def windows_view(rows: Sequence[Mapping[str, Any]]) -> RenderableType:
+    """A watch run's windows as the ledger keeps them (WatchWindow rows): when, state, accept length, action."""
+    from rich.table import Table
+
+    table = Table("ended", "host", "release", "state", "look", "accept length", "floor", "action", title="windows")
+    for w in rows:
+        measured = f"{w['estimate']:.2f} [{w['low']:.2f}, {w['high']:.2f}]" if w.get("estimate") is not None else "-"
+        table.add_row(
+            w["ended_at"],
+            w["host"],
+            w["release"],
+            w["state"],
+            str(w["look"] or "-"),
+            measured,
+            "-" if w.get("floor") is None else f"{w['floor']:.2f}",
+            w.get("action") or "",
+        )
+    return table
+
+
 def watch_line(result: Any) -> str:
     """One line per host and window, for a watch that keeps running."""
     row = result.to_dict()

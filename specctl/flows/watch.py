@@ -361,7 +361,11 @@ def judge_host(
             window.method,
             window.requests,
             result.action,
-            {"window": window.to_dict(), "verdict": result.verdict.to_dict()},
+            {
+                "window": window.to_dict(),
+                "verdict": result.verdict.to_dict(),
+                "expected": {"gate": expect.gate, "verified_low": expect.verified_low, "tolerance": expect.tolerance},
+            },
         )
     )
     return result

@@ -384,13 +384,18 @@ class Ledger:
             )
 
     def windows(
-        self, *, profile: str | None = None, release: str | None = None, host: str | None = None
+        self,
+        *,
+        profile: str | None = None,
+        release: str | None = None,
+        host: str | None = None,
+        run_id: str | None = None,
     ) -> list[WatchWindow]:
         """Watch windows, oldest first, filtered."""
         if not self._watched:
             return []
         sql, args = "SELECT * FROM watch_windows WHERE 1=1", []
-        for column, value in (("profile", profile), ("release", release), ("host", host)):
+        for column, value in (("profile", profile), ("release", release), ("host", host), ("run_id", run_id)):
             if value:
                 sql += f" AND {column} = ?"
                 args.append(value)
