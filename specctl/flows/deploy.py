@@ -249,7 +249,7 @@ class Deploy:
             back = rollback(
                 self.ctx, session.spec, session.profile, to_run=previous, parent=self.rec.run_id, report=self.report
             )
-        except InputError as exc:
+        except (InputError, HostError) as exc:  # a host lost for good is said in its row, not raised past the others
             result.detail += f"; verify FAILED and {previous} could not be restored: {exc.message}"
             return
         result.rolled_back_to, result.rollback_verdict = back.rolled_back_to, back.rollback_verdict
