@@ -1,12 +1,13 @@
 """The reference engine's HTTP API: sglang 0.5.23's routes, fields and event streams, on FastAPI.
 
 Routes: /health, /health_generate, /server_info, /model_info, /generate, /v1/chat/completions,
-/v1/models and /flush_cache. Each generation is queued on the scheduler and its progress arrives
-here per decode step. `"stream": true` answers server-sent events as sglang does:
-/generate sends sglang's non-incremental chunks (cumulative `text` and `output_ids`, meta_info with
-`finish_reason` null until the last chunk, which carries everything the plain answer's meta_info
-has), the chat route OpenAI `chat.completion.chunk` deltas; both end with `data: [DONE]`. Where an
-emulated sglang version differs (`server.contract`, from data/http.json), the route follows it.
+/v1/models, /flush_cache and, with --enable-metrics, /metrics (`metrics`). Each generation is queued
+on the scheduler and its progress arrives here per decode step. `"stream": true` answers server-sent
+events as sglang does: /generate sends sglang's non-incremental chunks (cumulative `text` and
+`output_ids`, meta_info with `finish_reason` null until the last chunk, which carries everything the
+plain answer's meta_info has), the chat route OpenAI `chat.completion.chunk` deltas; both end with
+`data: [DONE]`. Where an emulated sglang version differs (`server.contract`, from data/http.json),
+the route follows it.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from pydantic import BaseModel, ConfigDict
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from specctl.engines.base import HttpContract
+from specctl.engines.reference.metrics import CONTENT_TYPE, Exporter
 from specctl.engines.reference.runtime import Runtime, finish_reason
 from specctl.engines.reference.scheduler import Progress, Scheduler
 from specctl.engines.reference.speculate import FinishedRequest
@@ -115,12 +117,16 @@ class Service:
     enable_metrics: bool
     log: Callable[[str], None]
     lifetime: dict[str, int] = field(default_factory=lambda: {"completion_tokens": 0, "verify_ct": 0})
+    metrics: Exporter | None = None  # with --enable-metrics
 
-    def submit(self, prompt_ids: list[int], params: SamplingParams) -> Submitted:
+    def submit(
+        self, prompt_ids: list[int], params: SamplingParams, *, stream: bool = False, log_metrics: bool = True
+    ) -> Submitted:
+        """Queue a request; `log_metrics` False keeps it out of the request counters (sglang's health checks)."""
         if params.temperature != 0.0:
             raise BadRequest("the reference engine decodes greedily only: send temperature 0")
         loop = asyncio.get_running_loop()
-        submitted = Submitted(self, len(prompt_ids))
+        submitted = Submitted(self, len(prompt_ids), stream, log_metrics)
         try:
             submitted.rid = self.scheduler.submit(prompt_ids, params.max_new_tokens, submitted.callback(loop))
         except ValueError as exc:
@@ -147,7 +153,9 @@ class Service:
             meta["first_token_latency"] = g.first_token_s
         return meta | g.spec_meta_info()  # empty when sglang would leave the spec_* keys out
 
-    def finished(self, g: FinishedRequest) -> None:
+    def finished(self, g: FinishedRequest, submitted: Submitted) -> None:
+        if self.metrics is not None and submitted.log_metrics:
+            self.metrics.finished(g.prompt_tokens, g.completion_tokens, g.spec_verify_ct, streaming=submitted.stream)
         if g.spec_verify_ct:
             self.lifetime["completion_tokens"] += g.completion_tokens
             self.lifetime["verify_ct"] += g.spec_verify_ct
@@ -175,9 +183,11 @@ class Service:
 class Submitted:
     """A queued request as the event loop sees it: the scheduler thread hands progress over per step."""
 
-    def __init__(self, service: Service, prompt_tokens: int) -> None:
+    def __init__(self, service: Service, prompt_tokens: int, stream: bool, log_metrics: bool) -> None:
         self.service = service
         self.prompt_tokens = prompt_tokens
+        self.stream = stream
+        self.log_metrics = log_metrics
         self.rid = ""
         self.queue: asyncio.Queue[Progress] = asyncio.Queue()
         self.ended = False
@@ -199,7 +209,7 @@ class Submitted:
                 if update.done is not None or update.error is not None:
                     self.ended = True
                     if update.done is not None:
-                        self.service.finished(update.done)
+                        self.service.finished(update.done, self)
                 yield update
         finally:
             if not self.ended:
@@ -272,7 +282,8 @@ def make_app(service: Service) -> FastAPI:
     @app.api_route("/health", methods=["GET", "POST"])
     @app.api_route("/health_generate", methods=["GET", "POST"])
     async def health() -> Response:
-        final = await service.submit([0], SamplingParams(max_new_tokens=1, temperature=0)).last()
+        health = SamplingParams(max_new_tokens=1, temperature=0)
+        final = await service.submit([0], health, log_metrics=False).last()
         return Response(status_code=200 if final.done is not None else 503)
 
     # the emulated release's routes: /get_server_info and /get_model_info always (kept as deprecated
@@ -306,7 +317,17 @@ def make_app(service: Service) -> FastAPI:
     @app.api_route("/flush_cache", methods=["GET", "POST"])
     async def flush_cache() -> Response:
         service.lifetime.update(completion_tokens=0, verify_ct=0)
+        if service.metrics is not None:
+            service.metrics.flush_cache()
         return Response(status_code=200)
+
+    exporter = service.metrics
+    if exporter is not None:  # sglang mounts its Prometheus app only with --enable-metrics
+
+        @app.get("/metrics")
+        async def metrics() -> Response:
+            idle = service.scheduler.load == (0, 0)
+            return Response(exporter.render(idle), media_type=CONTENT_TYPE)
 
     @app.get("/v1/models")
     async def models() -> dict[str, Any]:
@@ -320,7 +341,7 @@ def make_app(service: Service) -> FastAPI:
             ids = service.runtime.encode(body.text)
         else:
             raise BadRequest("send `text` (a string) or `input_ids`; batches are not supported")
-        submitted = service.submit(ids, body.sampling_params)
+        submitted = service.submit(ids, body.sampling_params, stream=body.stream)
         if body.stream:
             return StreamingResponse(_generate_events(service, submitted), media_type="text/event-stream")
         final = await submitted.last()
@@ -345,7 +366,9 @@ def make_app(service: Service) -> FastAPI:
             raise BadRequest(str(exc)) from None
         max_new = body.max_tokens or body.max_completion_tokens or 128
         submitted = service.submit(
-            service.runtime.encode(prompt), SamplingParams(max_new_tokens=max_new, temperature=body.temperature)
+            service.runtime.encode(prompt),
+            SamplingParams(max_new_tokens=max_new, temperature=body.temperature),
+            stream=body.stream,
         )
         created = int(time.time())
         if body.stream:

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from specctl.engines.reference.metrics import Step
 from specctl.engines.reference.speculate import FinishedRequest, Request, SpeculativeDecoder
 from specctl.engines.reference.tokenizer import EOS_ID
 
@@ -52,11 +53,18 @@ class Scheduler:
     Args:
         engine: the loaded engine; its `max_running_requests` bounds the running batch.
         on_error: told of an exception a step raised (the requests in it end with that error).
+        on_step: told what each step did (the /metrics exporter counts it), from the scheduler thread.
     """
 
-    def __init__(self, engine: SpeculativeDecoder, on_error: Callable[[BaseException], None] | None = None) -> None:
+    def __init__(
+        self,
+        engine: SpeculativeDecoder,
+        on_error: Callable[[BaseException], None] | None = None,
+        on_step: Callable[[Step], None] | None = None,
+    ) -> None:
         self.engine = engine
         self.on_error = on_error
+        self.on_step = on_step
         self._waiting: deque[_Ticket] = deque()
         self._running: list[_Ticket] = []
         self._aborted: set[str] = set()
@@ -123,8 +131,11 @@ class Scheduler:
         batch = admitted or list(self._running)
         if not batch:
             return False
+        requests = [t.request for t in batch if t.request is not None]
+        drafts_before = [
+            (r.generation.spec_num_correct_drafts, r.generation.spec_num_proposed_drafts) for r in requests
+        ]
         try:
-            requests = [t.request for t in batch if t.request is not None]
             if admitted:
                 self.engine.prefill(requests)
             else:
@@ -135,6 +146,8 @@ class Scheduler:
             for ticket in batch:
                 self._leave(ticket, Progress(self._output(ticket), error=f"{type(exc).__name__}: {exc}"))
             return True
+        if self.on_step is not None:
+            self.on_step(self._counted(bool(admitted), requests, drafts_before))
         for ticket in batch:
             request = ticket.request
             assert request is not None
@@ -143,6 +156,19 @@ class Scheduler:
             else:
                 ticket.on_progress(Progress(self._output(ticket)))
         return True
+
+    def _counted(self, prefill: bool, requests: list[Request], drafts_before: list[tuple[int, int]]) -> Step:
+        """What the step did, from the requests' counters before and after it."""
+        with self._wake:
+            running, waiting = len(self._running), len(self._waiting)
+        if prefill:
+            tokens = sum(len(r.prompt) for r in requests)
+            return Step("prefill", len(requests), tokens, running - len(requests), waiting)
+        correct = sum(
+            r.generation.spec_num_correct_drafts - c for r, (c, _) in zip(requests, drafts_before, strict=True)
+        )
+        proposed = requests[0].generation.spec_num_proposed_drafts - drafts_before[0][1]
+        return Step("decode", len(requests), correct + len(requests), running, waiting, correct, proposed)
 
     def _admit(self) -> list[_Ticket]:
         """Drop aborted requests; move waiting ones into the running batch while there is room."""

@@ -17,6 +17,8 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from specctl.engines.sglang.metrics import DECODE_LOG_INTERVAL
+
 DEFAULT_EMULATED_VERSION = "0.5.23"
 DEFAULT_MAX_RUNNING_REQUESTS = 48
 GRACEFUL_SHUTDOWN_S = 3  # open requests (streams included) may finish this long after SIGTERM
@@ -57,6 +59,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--trust-remote-code", action="store_true")
     p.add_argument("--served-model-name")
     p.add_argument("--enable-metrics", action="store_true")
+    p.add_argument("--decode-log-interval", type=int, default=DECODE_LOG_INTERVAL)
     p.add_argument("--disable-cuda-graph", action="store_true")
     p.add_argument("--cuda-graph-max-bs", type=int)
     p.add_argument("--log-level", default="info")
@@ -155,6 +158,7 @@ def serve(args: argparse.Namespace, launch_command: str) -> None:
 
     from specctl.engines import get_engine
     from specctl.engines.reference.api import Service, make_app
+    from specctl.engines.reference.metrics import Exporter
     from specctl.engines.reference.runtime import load
     from specctl.engines.reference.scheduler import Scheduler
 
@@ -164,9 +168,19 @@ def serve(args: argparse.Namespace, launch_command: str) -> None:
     def on_error(exc: BaseException) -> None:
         log(f"scheduler step failed: {type(exc).__name__}: {exc}")
 
+    metrics = None
+    if args.enable_metrics:
+        metrics = Exporter(
+            args.emulate_sglang_version,
+            resolved["served_model_name"],
+            speculative=runtime.engine.drafter is not None,
+            num_steps=resolved["speculative_num_steps"] or 0,
+            num_draft_tokens=resolved["speculative_num_draft_tokens"] or 0,
+            decode_log_interval=args.decode_log_interval,
+        )
     service = Service(
         runtime,
-        Scheduler(runtime.engine, on_error),
+        Scheduler(runtime.engine, on_error, metrics.step if metrics else None),
         # the HTTP API of the emulated version, from the same per-version data verify reads
         get_engine("sglang").http_contract(args.emulate_sglang_version),
         resolved,
@@ -178,6 +192,7 @@ def serve(args: argparse.Namespace, launch_command: str) -> None:
         },
         args.enable_metrics,
         log,
+        metrics=metrics,
     )
     family = socket.AF_INET6 if ":" in args.host else socket.AF_INET
     listener = socket.create_server((args.host, args.port), family=family)
@@ -211,6 +226,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error("--speculative-eagle-topk must be 1: the reference engine drafts a chain")
     if args.max_running_requests is not None and args.max_running_requests < 1:
         parser.error("--max-running-requests must be >= 1")
+    if args.decode_log_interval < 1:
+        parser.error("--decode-log-interval must be >= 1")
     if (args.speculative_adaptive or args.speculative_adaptive_config) and not adaptive_release(
         args.emulate_sglang_version
     ):

@@ -42,9 +42,10 @@ def launch(*flags: str) -> subprocess.CompletedProcess[str]:
 
 
 @contextmanager
-def started(*extra: str) -> Iterator[tuple[str, subprocess.Popen[str]]]:
-    """A reference engine process for the block, in a session of its own; stopped (SIGTERM, then SIGKILL,
-    to its process group) whatever the block does, an interrupted run included."""
+def started(*extra: str, metrics: bool = True) -> Iterator[tuple[str, subprocess.Popen[str]]]:
+    """A reference engine process for the block (with --enable-metrics unless `metrics` is False), in a
+    session of its own; stopped (SIGTERM, then SIGKILL, to its process group) whatever the block does, an
+    interrupted run included."""
     port = free_port()
     argv = [
         sys.executable,
@@ -68,7 +69,7 @@ def started(*extra: str) -> Iterator[tuple[str, subprocess.Popen[str]]]:
         "127.0.0.1",
         "--port",
         str(port),
-        "--enable-metrics",
+        *(["--enable-metrics"] if metrics else []),
         *extra,
     ]
     process = subprocess.Popen(
