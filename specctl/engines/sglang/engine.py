@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from specctl.verdict.window import Source
+
 import copy
 import json
 from collections.abc import Mapping, Sequence
@@ -563,6 +568,23 @@ class SGLangEngine:
     def pipeline_stages(self, version: str, args: Mapping[str, Any]) -> int:
         value = self._settings(version, args).get("pp_size", 1)
         return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 1
+
+    def watch_source(self, version: str) -> Source:
+        """From the metrics table (engines/sglang/metrics.py): exact windows where the release counts
+        verify calls (0.5.13 on), else its gauge weighted by its decode tokens (0.5.9 on) or its
+        generated tokens."""
+        from specctl.engines.sglang.metrics import spec_metrics
+        from specctl.verdict.window import Source
+
+        m = spec_metrics(version)
+        return Source(
+            m.accept_length,
+            m.generation_tokens,
+            m.requests,
+            verify_calls=m.verify_calls,
+            decode_tokens=m.decode_tokens,
+            decode_match=dict([m.decode_mode]) if m.decode_tokens else {},
+        )
 
     def http_contract(self, version: str) -> HttpContract:
         """From data/http.json (scripts/gen_sglang_http.py: the first release of each feature); a
