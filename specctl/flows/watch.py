@@ -54,7 +54,7 @@ from specctl.release.record import Verification, now
 from specctl.release.staging import host_env
 from specctl.verdict import prometheus
 from specctl.verdict.client import EngineClient
-from specctl.verdict.drift import Expectation, WindowVerdict, judge
+from specctl.verdict.drift import MIN_REQUESTS, Expectation, WindowVerdict, judge
 from specctl.verdict.engine_errors import EngineHTTPError
 from specctl.verdict.measure import measure
 from specctl.verdict.window import Scrape, Window, from_scrapes
@@ -330,8 +330,11 @@ def judge_host(
     if current is None:
         result.error = f"{s.profile} has no current release on {s.name}"
         return result
-    needs_probe = window is None or window.discarded or window.requests < 8
-    if opts.probe and needs_probe:
+    if s.docs(current).summary.get("baseline"):  # without speculation (watch's own plain fallback)
+        window = Window(
+            since, time.time(), "none", discarded="the release serves without speculation: nothing to watch"
+        )
+    elif opts.probe and (window is None or window.discarded or window.requests < MIN_REQUESTS):
         s.progress("probing: too little traffic or no metrics in the window")
         window = probe_window(s, current)
     if window is None:
