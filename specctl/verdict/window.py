@@ -17,7 +17,8 @@ observation of such a pair (the interval is then the ratio estimator's, as verif
 
 A lifetime average (sglang's `/server_info`) cannot be cut into windows and is never used. A window
 whose looks were answered by different servers (a restart, a release switch) or whose counters went
-back is discarded, with why.
+back is discarded, with why. A counter absent from the first looks and present later is one that had
+not counted yet (a labelled counter appears with its first increment): it counts from 0.
 """
 
 from __future__ import annotations
@@ -98,23 +99,27 @@ def from_scrapes(scrapes: Sequence[Scrape], source: Source) -> Window:
         "requests": [total(s.samples, source.requests) for s in scrapes],
         "weight": [total(s.samples, weight, weight_match) for s in scrapes],
     }
+    counted: dict[str, list[float]] = {}
     for what, values in series.items():
         name = {"tokens": source.tokens, "requests": source.requests, "weight": weight}[what]
-        if any(v is None for v in values):
-            return Window(start, end, method, discarded=f"the engine does not report {name} (is it serving metrics?)")
-        if any(b < a for a, b in zip(values, values[1:], strict=False)):  # type: ignore[operator]
+        if all(v is None for v in values):
+            return Window(
+                start, end, method, discarded=f"no {name} on the engine's page (a counter appears once it first counts)"
+            )
+        counted[what] = [0.0 if v is None else v for v in values]  # a counter not yet shown has counted nothing
+        if any(b < a for a, b in zip(counted[what], counted[what][1:], strict=False)):
             return Window(start, end, method, discarded=f"{name} went back: the engine restarted during the window")
-    tokens, weights = series["tokens"], series["weight"]
-    requests = int(series["requests"][-1] - series["requests"][0])  # type: ignore[operator]
+    tokens, weights = counted["tokens"], counted["weight"]
+    requests = int(counted["requests"][-1] - counted["requests"][0])
     pairs: list[tuple[float, float]] = []
     if source.verify_calls:
         for i in range(1, len(scrapes)):
-            steps = weights[i] - weights[i - 1]  # type: ignore[operator]
+            steps = weights[i] - weights[i - 1]
             if steps > 0:
-                pairs.append((tokens[i] - tokens[i - 1], steps))  # type: ignore[operator]
+                pairs.append((tokens[i] - tokens[i - 1], steps))
         return Window(start, end, method, tuple(pairs), requests)
     for i in range(1, len(scrapes)):
-        generated = weights[i] - weights[i - 1]  # type: ignore[operator]
+        generated = weights[i] - weights[i - 1]
         gauge = mean(scrapes[i].samples, source.accept_length)
         if generated > 0 and gauge:
             pairs.append((generated, generated / gauge))

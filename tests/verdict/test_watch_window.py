@@ -88,7 +88,13 @@ def test_a_restart_or_a_switch_discards_the_window() -> None:
     switched = [Scrape(0, page(0, 0, 0, 3, 0), "r1 t0"), Scrape(5, page(9, 3, 1, 3, 0), "r2 t1")]
     assert "another server answered" in (from_scrapes(switched, NEW).discarded or "")
     missing = [Scrape(0, tuple(parse("x 1")), "r1"), Scrape(5, tuple(parse("x 2")), "r1")]
-    assert "does not report" in (from_scrapes(missing, NEW).discarded or "")
+    assert "no sglang:generation_tokens_total on the engine's page" in (from_scrapes(missing, NEW).discarded or "")
+    # a counter that first appears mid-window had counted nothing before
+    late = [
+        Scrape(0, tuple(parse("sglang:num_requests_total 0\nsglang:spec_accept_length 0")), "r1"),
+        Scrape(5, page(90, 30, 2, 3, 0), "r1"),
+    ]
+    assert from_scrapes(late, NEW).pairs == ((90, 30),)
 
 
 def window(mean: float, n: int = 40, seed: int = 0) -> Window:
