@@ -14,8 +14,8 @@ def wall(argv: Sequence[str], env: dict[str, str] | None = None) -> float:
     return time.perf_counter() - start
 
 
-def interleaved(cases: dict[str, Callable[[], float]], repeat: int, warmup: int = 2) -> dict[str, float]:
-    """Median seconds of each case, the cases run round-robin so drift hits all of them alike."""
+def interleaved_samples(cases: dict[str, Callable[[], float]], repeat: int, warmup: int = 2) -> dict[str, list[float]]:
+    """Every round's figure of each case, the cases run round-robin so drift hits all of them alike."""
     for _ in range(warmup):
         for fn in cases.values():
             fn()
@@ -23,4 +23,10 @@ def interleaved(cases: dict[str, Callable[[], float]], repeat: int, warmup: int 
     for _ in range(repeat):
         for name, fn in cases.items():
             samples[name].append(fn())
+    return samples
+
+
+def interleaved(cases: dict[str, Callable[[], float]], repeat: int, warmup: int = 2) -> dict[str, float]:
+    """Median seconds of each case, the cases run round-robin so drift hits all of them alike."""
+    samples = interleaved_samples(cases, repeat, warmup)
     return {name: statistics.median(values) for name, values in samples.items()}
