@@ -45,6 +45,8 @@ def test_demo_json_tells_the_whole_story(cli: Any, tmp_path: Path) -> None:
         "deploy-v1",
         "baseline",
         "deploy-v2",
+        "watch",
+        "watch-shift",
         "runs",
         "diff",
         "check-v2",
@@ -65,15 +67,24 @@ def test_demo_json_tells_the_whole_story(cli: Any, tmp_path: Path) -> None:
     gate = {g["name"]: g for g in v2["verdict"]["gates"]}["accept_length"]
     assert not v2["verdict"]["passed"] and gate["decided"] and gate["interval"]["high"] < 3.0
     assert v2["rolled_back_to"] == v1["release"] and v2["rollback_verdict"]["passed"]
-    assert (state / "current").resolve().name == v1["release"]
 
-    # the ledger: deploy, baseline, deploy (failed), rollback (its parent the failed deploy)
+    # watch: ok under chat traffic; degraded once it moves to document tasks, and the host serves plain
+    [ok] = steps["watch"]["hosts"]
+    assert ok["state"] == "ok" and ok["release"] == v1["release"] and ok["verdict"]["interval"]["estimate"] > 3.0
+    [shifted] = steps["watch-shift"]["hosts"]
+    assert shifted["state"] == "degraded" and shifted["verdict"]["interval"]["high"] < shifted["verdict"]["floor"]
+    assert shifted["action"].startswith("plain: ")
+    assert (state / "current").resolve().name == shifted["action"].split(": ", 1)[1]
+
+    # the ledger: deploy, baseline, deploy (failed), rollback (its parent the failed deploy), the watches
     runs = steps["runs"]["runs"]
     assert [(r["kind"], r["status"]) for r in runs] == [
         ("deploy", "succeeded"),
         ("baseline", "succeeded"),
         ("deploy", "failed"),
         ("rollback", "succeeded"),
+        ("watch", "succeeded"),
+        ("watch", "succeeded"),
     ]
     assert runs[3]["parent"] == runs[2]["id"] and runs[0]["id"] == v1["release"]
     diff = steps["diff"]
@@ -115,7 +126,7 @@ def test_demo_json_tells_the_whole_story(cli: Any, tmp_path: Path) -> None:
     )
     assert (
         status.code == 0
-        and status.json()["hosts"][0]["current"] == v1["release"]
+        and status.json()["hosts"][0]["current"] == shifted["action"].split(": ", 1)[1]
         and not status.json()["hosts"][0]["running"]
     )
 
@@ -137,17 +148,19 @@ def test_demo_for_people_at_80_columns_starts_a_previous_demo_afresh(
         "$ specctl deploy",
         "$ specctl baseline",
         "--skip-check",
+        "$ specctl watch",
+        "--on-degraded plain",
         "$ specctl runs",
         "$ specctl diff",
         "$ specctl stop",
     ):
         assert command in out, command
     assert "rolled back to" in out and "capture-mismatch" in out and "drafter.layer_ids" in out
-    assert "v2: wrong layers [-1, 1, 3]" in out and "speedup" in out
+    assert "v2: wrong layers [-1, 1, 3]" in out and "speedup" in out and "degraded" in out
     assert f"specctl runs --ledger {work / 'ledger.db'}" in out
     assert nothing_listens(port)
     runs = cli("--json", "runs", "--ledger", str(work / "ledger.db")).json()["runs"]
-    assert [r["kind"] for r in runs] == ["deploy", "baseline", "deploy", "rollback"]  # the old ledger went
+    assert [r["kind"] for r in runs] == ["deploy", "baseline", "deploy", "rollback", "watch", "watch"]  # the old went
     table = cli("runs", "--ledger", str(work / "ledger.db"))
     assert table.code == 0 and "…" not in table.stdout and all(len(line) <= 80 for line in table.stdout.splitlines())
 

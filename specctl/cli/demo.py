@@ -80,7 +80,8 @@ def demo(
         output.raw("".join(f"  {line}\n" for line in result.next_commands))
     if not result.as_expected:
         raise CheckFailed(
-            "the demo did not go as expected (v1 should pass its verify; v2 fail it and roll back to v1)",
+            "the demo did not go as expected (v1 should pass its verify; v2 fail it and roll back to v1; "
+            "watch find v1 ok on chat traffic and degraded on document tasks)",
             fix="the steps above show what each measured; on a loaded machine run it again",
         )
 
@@ -116,6 +117,8 @@ def _view(step: DemoStep, width: int) -> RenderableType:
         return views.runs_view(rows, title="runs", wide=False, width=width, now=datetime.now(UTC), short=short)
     if step.name == "diff":
         return views.diff_view(data["a"], data["b"], data)
+    if step.name.startswith("watch"):
+        return views.watch_view(data["profile"], data["hosts"])
     lines = [
         f"{host}: " + (f"FAILED: {r}" if isinstance(r, str) else f"stopped {', '.join(r)}" if r else "nothing running")
         for host, r in data["stopped"].items()
@@ -138,24 +141,28 @@ def _summary(result: DemoResult) -> RenderableType:
         pad_edge=False,
         header_style="bold",
     )
-    for column in ("run", "accept len", "acceptance", "out tok/s", "speedup", "verify"):
+    for column in ("run", "accept len", "acceptance", "tok/s", "speedup", "verify"):
         table.add_column(column, justify="left" if column in ("run", "verify") else "right")
-    for row in result.summary.values():
+    for key, row in result.summary.items():
+        if key.startswith("watch"):  # a window of live traffic: its state in place of a verify
+            verdict = row["state"]  # what watch did is said below the table
+        else:
+            verdict = "-" if row["passed"] is None else "pass" if row["passed"] else "FAIL"
         table.add_row(
             row["label"],
             _fmt(row["accept_length"], "{:.2f}"),
-            _fmt(row["acceptance_rate"], "{:.2f}"),
-            _fmt(row["output_tokens_per_s"], "{:.0f}"),
-            _fmt(row["speedup"], "{:.2f}x"),
-            "-" if row["passed"] is None else "pass" if row["passed"] else "FAIL",
+            _fmt(row.get("acceptance_rate"), "{:.2f}"),
+            _fmt(row.get("output_tokens_per_s"), "{:.0f}"),
+            _fmt(row.get("speedup"), "{:.2f}x"),
+            verdict,
         )
     wrong = result.summary.get("v2", {})
-    note = (
-        f"v2 failed verify (accept length gate {MIN_ACCEPT_LENGTH}) and the host rolled back to v1"
-        if wrong.get("rolled_back_to")
-        else ""
-    )
-    return Group(table, Text(note)) if note else table
+    notes = []
+    if wrong.get("rolled_back_to"):
+        notes.append(f"v2 failed verify (accept length gate {MIN_ACCEPT_LENGTH}) and the host rolled back to v1")
+    if result.summary.get("watch-shift", {}).get("state") == "degraded":
+        notes.append("watch: v1 was ok on chat traffic, degraded on document tasks: the host now serves plain")
+    return Group(table, Text("\n".join(notes))) if notes else table
 
 
 def _fmt(value: object, pattern: str) -> str:

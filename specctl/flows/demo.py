@@ -10,6 +10,10 @@ same release, staging and verify code as an SSH host):
     deploy v1                 verified (accept length gate 3.0), recorded verified
     baseline v1               the target without speculation: speedup has something to divide by
     deploy v2 --skip-check    verify fails on accept length; the host rolls back to v1 by itself
+    watch --once              under users' chat traffic (the domain the drafter knows): ok
+    watch --once --on-degraded plain
+                              the traffic moves to document tasks: accept length about 2, degraded,
+                              and the host falls back to serving without speculation
     runs, diff                what the ledger recorded, and what changed between the two deploys
     check v2                  the static check that would have refused v2 before it started
     stop                      nothing is left running
@@ -23,7 +27,9 @@ from __future__ import annotations
 import importlib.util
 import shlex
 import shutil
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -42,6 +48,7 @@ from specctl.plan.findings import Finding, Severity
 MODELS = Path(__file__).resolve().parents[1] / "engines" / "reference" / "models"
 TARGET, DRAFTER = "tiny-llama", "tiny-llama-eagle3"
 NAME = "tiny-llama-demo"
+WATCH_WINDOW_S = 12.0  # each watch step's window: a dozen looks, a few dozen requests
 WRONG_IDS = [-1, 1, 3]  # same width: the embedding and layers 1 and 3 instead of 1, 3 and 4
 MIN_ACCEPT_LENGTH = 3.0  # v1 measures about 3.5, v2 about 1.9: decided within the first 8 requests
 MARKER = ".specctl-demo"  # a work directory the demo made, so it may start it afresh
@@ -134,9 +141,18 @@ class DemoResult:
 
     @property
     def as_expected(self) -> bool:
-        """v1 passed its verify, and v2 failed its own and was rolled back to v1."""
+        """v1 passed its verify, v2 failed its own and was rolled back to v1; watch found v1 ok on chat,
+        then degraded once the traffic moved, and fell back to plain decoding."""
         first, wrong = self.summary.get("v1", {}), self.summary.get("v2", {})
-        return bool(first.get("passed")) and wrong.get("passed") is False and bool(wrong.get("rolled_back_to"))
+        ok, shifted = self.summary.get("watch", {}), self.summary.get("watch-shift", {})
+        return (
+            bool(first.get("passed"))
+            and wrong.get("passed") is False
+            and bool(wrong.get("rolled_back_to"))
+            and ok.get("state") == "ok"
+            and shifted.get("state") == "degraded"
+            and str(shifted.get("action") or "").startswith("plain")
+        )
 
     def step(self, name: str) -> DemoStep:
         return next(s for s in self.steps if s.name == name)
@@ -152,6 +168,39 @@ class DemoResult:
             "as_expected": self.as_expected,
             "next": self.next_commands,
         }
+
+
+@contextmanager
+def traffic(url: str, workload: str, clients: int = 2) -> Iterator[None]:
+    """Users' requests from a built-in workload, `clients` at a time, until the block ends (what
+    `watch` measures; a request refused while the server is being replaced is tried again)."""
+    from specctl.verdict.client import EngineClient
+    from specctl.verdict.engine_errors import EngineHTTPError
+    from specctl.verdict.measure import Prompts
+    from specctl.verdict.workload import load_workload
+
+    stop = threading.Event()
+    prompts = Prompts(load_workload(workload))
+
+    def user(offset: int) -> None:
+        client = EngineClient(url, timeout_s=60)
+        i = offset
+        while not stop.is_set():
+            try:
+                prompts.send(client, i, max_new_tokens=64, temperature=0.0)
+            except EngineHTTPError:
+                stop.wait(0.5)
+            i += clients
+
+    users = [threading.Thread(target=user, args=(n,), daemon=True) for n in range(clients)]
+    for thread in users:
+        thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        for thread in users:
+            thread.join(timeout=60)
 
 
 def need_reference_engine() -> None:
@@ -249,6 +298,31 @@ def run_demo(
         ctx.command = f"{line}  # by specctl demo"
         return line
 
+    def watch_step(name: str, report: static.CheckReport, *extra: str) -> list[dict[str, Any]]:
+        """One window of `watch --once` (WATCH_WINDOW_S long), judged and acted on as the command does."""
+        from specctl.flows.watch import WatchOptions, watch
+
+        line = as_command(
+            _line(
+                "watch",
+                report.inputs.profile_path,
+                "--once",
+                "--window",
+                f"{WATCH_WINDOW_S}s",
+                *extra,
+                "--inventory",
+                inventory,
+                "--ledger",
+                ledger_file,
+            )
+        )
+        on = extra[extra.index("--on-degraded") + 1] if "--on-degraded" in extra else "alert"
+        opts = WatchOptions(window_s=WATCH_WINDOW_S, once=True, on_degraded=on, look_every_s=1.0)
+        rows: list[dict[str, Any]] = []
+        watch(ctx, report, [host], opts, on_window=lambda results: rows.extend(r.to_dict() for r in results))
+        step(name, line, {"profile": report.inputs.profile.metadata.name, "hosts": rows})
+        return rows
+
     def deploy_step(name: str, report: static.CheckReport, *extra: str) -> HostReport:
         line = as_command(
             _line("deploy", report.inputs.profile_path, *extra, "--inventory", inventory, "--ledger", ledger_file)
@@ -272,6 +346,11 @@ def run_demo(
         step("baseline", line, {"baselines": baseline_rows(host.name, base_run, measured)})
         report2 = static.check(v2)
         second = deploy_step("deploy-v2", report2, "--skip-check")
+        url = f"http://127.0.0.1:{port}"
+        with traffic(url, "chat-small"):
+            watched = watch_step("watch", report1)
+        with traffic(url, "text-tasks"):  # the traffic moves to a domain the drafter was not trained on
+            shifted = watch_step("watch-shift", report1, "--on-degraded", "plain")
 
         found = ctx.ledger.runs()
         step("runs", _line("runs", "--ledger", ledger_file), {"runs": [{**brief(r), **metrics(r)} for r in found]})
@@ -301,9 +380,18 @@ def run_demo(
             "passed": None,
         },
         "v2": {"label": f"v2: wrong layers {WRONG_IDS}", **_headline(second, base_value)},
+        "watch": {"label": "watch: chat traffic", **_watched(watched)},
+        "watch-shift": {"label": "watch: doc tasks", **_watched(shifted)},
     }
     result.next_commands = _next(v1, v2, inventory, ledger_file, first=a.id, second=b.id)
     return result
+
+
+def _watched(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """One watch window's numbers: its state, accept length and what watch did."""
+    [row] = rows
+    interval = (row.get("verdict") or {}).get("interval") or {}
+    return {"state": row["state"], "accept_length": interval.get("estimate"), "action": row.get("action")}
 
 
 def _errors(findings: list[Finding]) -> list[Finding]:

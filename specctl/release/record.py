@@ -61,7 +61,7 @@ class Verification:
         if self.state == "failed":
             return "FAILED verify" + at + _headline(self.gates)
         if self.state == "skipped":
-            return "UNVERIFIED (deployed with --no-verify)"
+            return "UNVERIFIED (verify skipped)"
         return "UNVERIFIED"
 
 

@@ -43,7 +43,7 @@ def test_status_words_each_verification() -> None:
     verified = Verification("verified", "r", "T", gate_intervals(GATES))
     assert verified.text == "verified at T (accept_length 3.41, interval [3.12, 3.70])"
     assert Verification("failed", "r", "T").text == "FAILED verify at T"
-    assert Verification("skipped").text == "UNVERIFIED (deployed with --no-verify)"
+    assert Verification("skipped").text == "UNVERIFIED (verify skipped)"
     assert Verification().text == "UNVERIFIED"
     assert Verification("none", tune_candidate=True).text == "a tune candidate, never verified"
 
