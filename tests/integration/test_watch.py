@@ -7,52 +7,18 @@ a real sshd host."""
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
-from specctl.flows.demo import write_inputs
-from specctl.verdict.client import EngineClient
-from specctl.verdict.engine_errors import EngineHTTPError
-from specctl.verdict.measure import Prompts
-from specctl.verdict.workload import load_workload
+from specctl.flows.demo import traffic, write_inputs
 from tests.integration.sshd import SshLab
 
 PORT = 31860
 NAME = "tiny-llama-demo"
 WINDOW = ["--window", "20s", "--look-every", "1s"]
-
-
-@contextmanager
-def traffic(url: str, workload: str, clients: int = 2) -> Iterator[None]:
-    """Users' requests from `workload`, `clients` at a time, until the block ends."""
-    stop = threading.Event()
-    prompts = Prompts(load_workload(workload))
-
-    def user(offset: int) -> None:
-        client = EngineClient(url, timeout_s=60)
-        i = offset
-        while not stop.is_set():
-            try:
-                prompts.send(client, i, max_new_tokens=64, temperature=0.0)
-            except EngineHTTPError:  # the server is being replaced: users retry
-                stop.wait(0.5)
-            i += clients
-
-    threads = [threading.Thread(target=user, args=(n,), daemon=True) for n in range(clients)]
-    for thread in threads:
-        thread.start()
-    try:
-        yield
-    finally:
-        stop.set()
-        for thread in threads:
-            thread.join(timeout=60)
 
 
 def _host(result: Any) -> dict[str, Any]:
