@@ -607,3 +607,25 @@ def test_a_login_node_lost_for_good_while_the_new_job_starts_keeps_the_old_job_a
     finally:
         lab.start_sshd(lab.hosts["h0"])
     cli("stop", str(v1), *common[:4])
+
+
+def test_watch_reads_a_jobs_metrics_and_probes_a_quiet_window(
+    cli: Any, slurm: SlurmLab, scenario: tuple[Path, Path, list[str]]
+) -> None:
+    """watch on a cluster: the serving job found through squeue, its /metrics read at the node the
+    scheduler chose; with no traffic the window is unknown, and --probe judges a probe instead."""
+    v1, _, common = scenario
+    first = cli("--json", "deploy", str(v1), "--baseline", "skip", *common)
+    assert first.code == 0, first.stdout + first.stderr
+    run1 = first.json()["hosts"][0]["release"]
+    window = ["--once", "--window", "3s", "--look-every", "1s"]
+    quiet = cli("--json", "watch", str(v1), *window, *common)
+    assert quiet.code == 0, quiet.stdout + quiet.stderr
+    [row] = quiet.json()["hosts"]
+    assert row["release"] == run1 and row["state"] == "unknown" and "too little traffic" in row["verdict"]["reason"]
+    probed = cli("--json", "watch", str(v1), *window, "--probe", *common)
+    assert probed.code == 0, probed.stdout + probed.stderr
+    [row] = probed.json()["hosts"]
+    assert row["state"] == "ok" and row["window"]["method"] == "probe" and row["window"]["requests"] == 8
+    assert row["verdict"]["interval"]["estimate"] > 3.0
+    cli("stop", str(v1), *common[:2])
