@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from pydantic import ValidationError
 
 from specctl.engines import get_engine
 from specctl.errors import ManifestImportError
@@ -16,10 +17,17 @@ from specctl.facts.checkpoint import read_checkpoint
 from specctl.plan.manifest_import import build_manifest
 from specctl.profile import DrafterManifest
 
+PIN_FIX = "name the repo at a commit, ORG/NAME@<40-hex commit>, or give the checkpoint's directory"
+
 
 def split_ref(ref: str) -> tuple[str, str | None]:
-    """`org/name@rev` or a path -> (model, revision)."""
-    if "@" in ref and not Path(ref).exists():
+    """`org/name@rev` or a path -> (model, revision). A directory that exists here, relative or under ~/,
+    becomes its absolute path: the manifest names a local model by an absolute path (`drafter`
+    relative to the current directory would read as a Hugging Face repo id)."""
+    local = Path(ref).expanduser()
+    if local.is_dir():
+        return str(local.resolve()), None
+    if "@" in ref and not local.exists():
         model, _, revision = ref.rpartition("@")
         return model, revision
     return ref, None
@@ -71,7 +79,17 @@ def import_manifest(
         engine=get_engine("sglang") if convention == "sglang" else None,
         engine_version=engine_version,
     )
-    DrafterManifest.model_validate(data)  # what we write must load again
+    try:
+        DrafterManifest.model_validate(data)  # what we write must load again
+    except ValidationError as exc:
+        first = exc.errors(include_url=False)[0]
+        where = ".".join(str(part) for part in first["loc"])
+        raise ManifestImportError(
+            f"the manifest would not load: {where}: {first['msg']}",
+            fix=PIN_FIX
+            if first["type"] == "revision_missing"
+            else (first.get("ctx") or {}).get("fix") or "check the checkpoints named",
+        ) from None
     return data
 
 

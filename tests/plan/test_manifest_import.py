@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 from typing import Any
@@ -13,7 +14,11 @@ from specctl.engines import get_engine
 from specctl.errors import ManifestImportError
 from specctl.plan.manifest_import import layers_from_ids
 from specctl.profile import load_manifest
+from tests.conftest import Serve
 from tests.factory import DRAFTER_CONFIG, Scenario
+from tests.hub_endpoint import HubRepo
+
+COMMIT = hashlib.sha1(b"acme/drafter@1").hexdigest()
 
 
 def test_conventions_to_canonical() -> None:
@@ -122,3 +127,26 @@ def test_unknown_convention_is_a_usage_error(cli: Any, pair: Scenario) -> None:
         "manifest", "import", str(pair.root / "drafter"), "--target", str(pair.root / "target"), "--convention", "hf"
     )
     assert result.code == 2
+
+
+def test_relative_paths_resolve_against_the_current_directory(
+    cli: Any, pair: Scenario, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(pair.root)
+    result = cli("--json", "manifest", "import", "drafter", "--target", "./target", "--convention", "specforge")
+    assert result.code == 0, result.stderr
+    data = result.json()
+    assert data["drafter"]["model"] == str((pair.root / "drafter").resolve())
+    assert data["target"]["model"] == str((pair.root / "target").resolve())
+
+
+def test_a_repo_id_without_a_revision_is_an_input_error(cli: Any, pair: Scenario, serve: Serve) -> None:
+    drafter = pair.root / "drafter"
+    serve({"acme/drafter": HubRepo({p.name: p for p in drafter.iterdir()}, COMMIT)})
+    result = cli(
+        "manifest", "import", "acme/drafter", "--target", str(pair.root / "target"), "--convention", "specforge"
+    )
+    assert result.code == 2, result.stderr
+    text = " ".join(result.stderr.split())
+    assert "'acme/drafter' is a Hugging Face repo id without a pinned revision" in text
+    assert "ORG/NAME@<40-hex commit>" in text and "{" not in text
