@@ -50,7 +50,8 @@ def tune(
             "--output",
             "-o",
             metavar="PATH",
-            help="Where to write the winner (default <name>-v<version+1>.yaml beside the profile).",
+            help="Where to write the winner (default <name>-v<N>.yaml beside the profile, N the next version "
+            "free there and in the ledger).",
         ),
     ] = None,
     html: Annotated[

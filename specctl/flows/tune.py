@@ -9,7 +9,8 @@ and measured at the objective's operating point under successive elimination
 (verdict/elimination.py); a candidate still in the running is then measured at the profile's other
 operating points too, for the table (they do not decide the search). One server start per
 candidate, and the host's own release started once more at the end (unless nothing ran there).
-The winner is written as the next profile version, beside the profile; the `tune` run in the
+The winner is written as the next free profile version (no file beside the profile and no run in
+the ledger has it), beside the profile; the `tune` run in the
 ledger holds every candidate's requests. With `apply`, the winner is then deployed and verified
 like any deploy.
 """
@@ -18,7 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -36,6 +37,7 @@ from specctl.flows.session import Context, HostSession, error_text
 from specctl.flows.static import CheckReport, plan, rechecked
 from specctl.flows.steps import Events, Walk
 from specctl.hosts.inventory import HostSpec
+from specctl.ledger.ledger import Ledger
 from specctl.plan.candidates import Candidate, Dropped, candidate_profile, grid, heat_map
 from specctl.profile.document import content_sha256
 from specctl.profile.profile import Profile, Tune
@@ -142,13 +144,27 @@ class TuneResult:
         }
 
 
-def next_profile_path(profile_path: Path, profile: Profile) -> Path:
-    """Where the winner is written: `<name>-v<version + 1>.yaml` beside the profile."""
-    return profile_path.parent / f"{profile.metadata.name}-v{profile.metadata.version + 1}.yaml"
+def version_path(profile_path: Path, name: str, version: int) -> Path:
+    """`<name>-v<version>.yaml` beside the profile: where tune writes that version."""
+    return profile_path.parent / f"{name}-v{version}.yaml"
+
+
+def next_version(profile_path: Path, profile: Profile, recorded: Collection[int]) -> int:
+    """The first version after the profile's that is free: no `<name>-v<N>.yaml` beside the profile
+    and no run of this profile name in the ledger (`recorded`), so a version names one content."""
+    version = profile.metadata.version + 1
+    while version in recorded or version_path(profile_path, profile.metadata.name, version).exists():
+        version += 1
+    return version
+
+
+def recorded_versions(ledger: Ledger, name: str) -> set[int]:
+    """The versions the ledger's runs of profile `name` were made with."""
+    return {r.profile_version for r in ledger.runs(profile=name) if r.profile_version is not None}
 
 
 def next_profile_text(
-    original: Path, next_path: Path, profile: Profile, winner: CandidateResult, result: TuneResult
+    original: Path, next_path: Path, profile: Profile, winner: CandidateResult, result: TuneResult, version: int
 ) -> str:
     """The next version: `extends` the tuned file, with the winner's speculative settings."""
     interval = winner.standing.interval
@@ -164,7 +180,7 @@ def next_profile_text(
         "extends": os.path.relpath(original.absolute(), next_path.absolute().parent),
         "metadata": {
             "name": profile.metadata.name,
-            "version": profile.metadata.version + 1,
+            "version": version,
             "description": f"tuned by specctl tune run {result.run_id}: {winner.candidate.key}",
         },
         "speculative": winner.candidate.settings(),
@@ -389,7 +405,9 @@ def tune(
             else "the tune grid is empty",
             fix="change the `tune:` lists",
         )
-    next_path = output or next_profile_path(Path(report.inputs.profile_path), p)
+    profile_path = Path(report.inputs.profile_path)
+    version = next_version(profile_path, p, recorded_versions(ctx.ledger, name))
+    next_path = output or version_path(profile_path, name, version)
     if next_path.exists():
         raise InputError(f"{next_path} exists; tune never overwrites a profile", fix="move it, or pass --output PATH")
     elimination = Elimination(len(candidates), planned, settings.batch, exhaustive=exhaustive)
@@ -439,7 +457,7 @@ def tune(
         if result.winner is not None:
             next_path.parent.mkdir(parents=True, exist_ok=True)
             with open(next_path, "x", encoding="utf-8") as handle:  # never overwrites, even one made meanwhile
-                handle.write(next_profile_text(Path(report.inputs.profile_path), next_path, p, result.winner, result))
+                handle.write(next_profile_text(profile_path, next_path, p, result.winner, result, version))
             result.profile_file = str(next_path)
         data = result.to_dict()
         rec.host(

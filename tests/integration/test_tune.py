@@ -118,7 +118,7 @@ def test_tune_finds_a_setting_writes_the_next_version_and_applies_it(cli: Any, l
             kept = json.loads((release / "record.json").read_text())["verification"]
             assert kept["tune_candidate"] and kept["state"] == "none"
 
-        again = cli("tune", str(v1), "--host", HOST, *common)  # never overwrites the version it wrote
+        again = cli("tune", str(v1), "--host", HOST, *common, "--output", str(written))  # never overwrites a file
         assert again.code == 2 and "exists" in again.stderr
 
         shown = cli("show", result["run"], "--ledger", str(ledger))  # the run shows as tune showed it
