@@ -425,6 +425,12 @@ def watch(
     ) as rec:
         start = time.time()
         due = start + opts.window_s
+        for hw in watchers.values():
+            hw.session.progress(
+                f"looking every {opts.step_s:g} s; "
+                + ("one window" if opts.once else f"a verdict every {opts.interval_s:g} s over the last")
+                + f" {opts.window_s:g} s, the first at {_iso(due)}"
+            )
         while True:
             looked = run_group(hosts, lambda h: watchers[h.name].look())
             errors = {h: error_text(e) for h, e in looked.errors.items()}
