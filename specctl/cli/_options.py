@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Literal
 
 import typer
+from rich.text import Text
 
 from specctl.cli._output import Output
 from specctl.errors import InputError
@@ -83,6 +84,12 @@ LedgerOpt = Annotated[
 AcceptOpt = Annotated[
     bool, typer.Option("--accept-new-host-key", help="Add an unknown host key to known_hosts (never a changed one).")
 ]
+# `-o` is the output format in every command (`-o json`, `-o wide`), as kubectl and Helm users read it;
+# where it once named a file to write, that spelling stays for one release (see `out_file`)
+LegacyOutOpt = Annotated[
+    str | None,
+    typer.Option("-o", "--output", metavar="FILE", hidden=True, help="Deprecated: use --out FILE; -o json is --json."),
+]
 ReasonOpt = Annotated[str | None, typer.Option("--reason", help="Why (recorded with the run).")]
 # a choice, so a typo is a usage error (exit 2) before anything reads a checkpoint or reaches a host
 BaselineOpt = Annotated[
@@ -96,6 +103,25 @@ def command_output(ctx: typer.Context, json_mode: bool) -> Output:
     output: Output = ctx.obj
     output.json_mode = output.json_mode or json_mode
     return output
+
+
+def out_file(output: Output, out: Path | None, legacy: str | None) -> Path | None:
+    """The file `--out` names. `-o json` is the output format (--json); `-o FILE` and `--output FILE`,
+    the old spelling, still write FILE for one release, with a note on stderr naming --out."""
+    if legacy is None:
+        return out
+    if legacy == "json":
+        output.json_mode = True
+        return out
+    if out is not None:
+        raise InputError(f"--out {out} and -o {legacy} both name a file to write", fix="pass --out FILE only")
+    output.err.print(
+        Text(
+            f"note: -o/--output FILE is deprecated and goes in the next release; use --out {legacy} "
+            "(-o is the output format, as in -o json)"
+        )
+    )
+    return Path(legacy)
 
 
 def selected_hosts(profile_hosts: list[str], hosts: str | None, inventory: str | None) -> list[HostSpec]:

@@ -7,8 +7,7 @@ from typing import Annotated
 
 import typer
 
-from specctl.cli._options import JsonOpt, OfflineOpt
-from specctl.cli._output import Output
+from specctl.cli._options import JsonOpt, LegacyOutOpt, OfflineOpt, command_output, out_file
 
 app = typer.Typer(help="Drafter manifests: the layers a drafter was trained on.", no_args_is_help=True)
 
@@ -44,8 +43,10 @@ def import_(
         str | None, typer.Option("--name", help="Manifest name (default: the drafter's directory name).")
     ] = None,
     out: Annotated[
-        Path | None, typer.Option("-o", "--output", help="Write the manifest here (atomically) instead of stdout.")
+        Path | None,
+        typer.Option("--out", metavar="FILE", help="Write the manifest here (atomically) instead of stdout."),
     ] = None,
+    legacy_out: LegacyOutOpt = None,
     json_mode: JsonOpt = False,
     offline: OfflineOpt = False,
 ) -> None:
@@ -53,8 +54,8 @@ def import_(
     from specctl.flows.manifest_import import import_manifest, to_yaml, write_atomically
     from specctl.plan.manifest_import import CONVENTIONS
 
-    output: Output = ctx.obj
-    output.json_mode = output.json_mode or json_mode
+    output = command_output(ctx, json_mode)
+    out = out_file(output, out, legacy_out)
     if convention is not None and convention not in CONVENTIONS:
         raise typer.BadParameter(f"use one of: {', '.join(CONVENTIONS)}", param_hint="--convention")
     data = import_manifest(

@@ -37,8 +37,8 @@ def runs(
     ] = None,
     limit: Annotated[int, typer.Option("--limit", help="The newest N runs.")] = 50,
     out: Annotated[
-        Literal["normal", "wide"],
-        typer.Option("-o", "--output", help="normal: what fits the terminal; wide: every column."),
+        Literal["normal", "wide", "json"],
+        typer.Option("-o", "--output", help="normal: what fits the terminal; wide: every column; json: as --json."),
     ] = "normal",
     plot: Annotated[
         bool, typer.Option("--plot", help="Chart accept length and throughput over time, per profile.")
@@ -58,7 +58,7 @@ def runs(
     from specctl.ledger.history import brief, metrics, short_ids, trend
     from specctl.ledger.schema import KINDS
 
-    output = command_output(ctx, json_mode)
+    output = command_output(ctx, json_mode or out == "json")
     if kind is not None and kind not in KINDS:
         raise InputError(f"--kind {kind!r} is not a kind of run", fix=f"use one of: {', '.join(KINDS)}")
     names = _host_names(hosts, inventory)

@@ -15,11 +15,13 @@ from specctl.cli._options import (
     InventoryOpt,
     JsonOpt,
     LedgerOpt,
+    LegacyOutOpt,
     OfflineOpt,
     ProfileArg,
     ReasonOpt,
     SshConfigOpt,
     command_output,
+    out_file,
     selected_hosts,
 )
 from specctl.cli._recording import recorded
@@ -47,13 +49,13 @@ def tune(
     output_file: Annotated[
         Path | None,
         typer.Option(
-            "--output",
-            "-o",
-            metavar="PATH",
+            "--out",
+            metavar="FILE",
             help="Where to write the winner (default <name>-v<N>.yaml beside the profile, N the next version "
             "free there and in the ledger).",
         ),
     ] = None,
+    legacy_out: LegacyOutOpt = None,
     html: Annotated[
         Path | None, typer.Option("--html", metavar="PATH", help="Also write the table and heat map as an HTML page.")
     ] = None,
@@ -77,6 +79,7 @@ def tune(
     from specctl.flows.tune import tune as tune_flow
 
     output = command_output(ctx, json_mode)
+    output_file = out_file(output, output_file, legacy_out)
     mode = checked_mode(baseline_mode)
     report = static.check(profile, offline=offline)
     errors = [f for f in report.findings if f.severity.value == "error"]

@@ -409,7 +409,7 @@ def tune(
     version = next_version(profile_path, p, recorded_versions(ctx.ledger, name))
     next_path = output or version_path(profile_path, name, version)
     if next_path.exists():
-        raise InputError(f"{next_path} exists; tune never overwrites a profile", fix="move it, or pass --output PATH")
+        raise InputError(f"{next_path} exists; tune never overwrites a profile", fix="move it, or pass --out FILE")
     elimination = Elimination(len(candidates), planned, settings.batch, exhaustive=exhaustive)
     session = ctx.session(host, name)
     grid_inputs = {

@@ -151,3 +151,31 @@ def test_the_baseline_choices_are_the_flows_modes() -> None:
 
     choice = typing.get_args(BaselineOpt)[0]
     assert typing.get_args(choice) == BASELINE_MODES
+
+
+def test_o_is_the_output_format_in_every_command() -> None:
+    """`-o json` / `-o wide`, as kubectl and Helm read it; a file to write is `--out`, and the old `-o FILE`
+    is a hidden spelling kept for one release."""
+    group = typer.main.get_command(build())
+    commands = [
+        (f"{name} {sub}", subcommand)
+        for name, command in group.commands.items()  # type: ignore[attr-defined]
+        for sub, subcommand in getattr(command, "commands", {"": command}).items()
+    ]
+    seen = []
+    for name, command in commands:
+        options = {opt: param for param in command.params for opt in getattr(param, "opts", [])}
+        if "-o" not in options:
+            continue
+        param, seen = options["-o"], [*seen, name.strip()]
+        if param.hidden:
+            assert param.name == "legacy_out" and "--out" in options, name
+        else:
+            assert "json" in typing.get_args(param.type_descriptor.annotation), name
+    assert {"runs", "tune", "manifest import"} <= set(seen)
+
+
+def test_tune_o_file_still_names_the_file_with_a_note(cli: Any, tmp_path: Path) -> None:
+    result = cli("tune", str(tmp_path / "missing.yaml"), "-o", str(tmp_path / "next.yaml"))
+    note = " ".join(result.stderr.split())
+    assert result.code == 2 and f"deprecated and goes in the next release; use --out {tmp_path / 'next.yaml'}" in note

@@ -126,6 +126,13 @@ def test_wide_shows_every_column_and_whole_ids(
     assert cli("runs", "--ledger", path, "-o", "tall").code == 2
 
 
+def test_o_json_is_json(cli: Any, ledger: tuple[str, list[str]]) -> None:
+    path, ids = ledger
+    result = cli("runs", "--ledger", path, "-o", "json")
+    assert result.code == 0 and result.json() == cli("--json", "runs", "--ledger", path).json()
+    assert [r["id"] for r in result.json()["runs"]] == ids
+
+
 def test_short_ids_are_accepted_back(cli: Any, ledger: tuple[str, list[str]]) -> None:
     path, ids = ledger
     shown = cli("--json", "show", ids[2][-6:], "--ledger", path)

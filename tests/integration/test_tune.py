@@ -118,7 +118,7 @@ def test_tune_finds_a_setting_writes_the_next_version_and_applies_it(cli: Any, l
             kept = json.loads((release / "record.json").read_text())["verification"]
             assert kept["tune_candidate"] and kept["state"] == "none"
 
-        again = cli("tune", str(v1), "--host", HOST, *common, "--output", str(written))  # never overwrites a file
+        again = cli("tune", str(v1), "--host", HOST, *common, "--out", str(written))  # never overwrites a file
         assert again.code == 2 and "exists" in again.stderr
 
         shown = cli("show", result["run"], "--ledger", str(ledger))  # the run shows as tune showed it
@@ -134,7 +134,7 @@ def test_tune_finds_a_setting_writes_the_next_version_and_applies_it(cli: Any, l
 
         # --apply: the winner deployed and verified like any deploy
         applied = cli(
-            "--json", "tune", str(v1), "--host", HOST, "--apply", "--output", str(tmp_path / "applied.yaml"), *common
+            "--json", "tune", str(v1), "--host", HOST, "--apply", "--out", str(tmp_path / "applied.yaml"), *common
         )
         assert applied.code == 0, applied.stdout + applied.stderr
         outcome = applied.json()

@@ -70,10 +70,11 @@ def test_import_writes_a_manifest_that_loads(cli: Any, pair: Scenario, tmp_path:
         str(pair.root / "target"),
         "--convention",
         "specforge",
-        "-o",
+        "--out",
         str(out),
     )
     assert result.code == 0, result.stderr
+    assert "deprecated" not in result.stderr
     manifest = load_manifest(out).model
     assert manifest.capture.layers == [1, 15, 28] and manifest.capture.width == 768
     assert manifest.target.num_hidden_layers == 32 and manifest.drafter.model == str(pair.root / "drafter")
@@ -150,3 +151,18 @@ def test_a_repo_id_without_a_revision_is_an_input_error(cli: Any, pair: Scenario
     text = " ".join(result.stderr.split())
     assert "'acme/drafter' is a Hugging Face repo id without a pinned revision" in text
     assert "ORG/NAME@<40-hex commit>" in text and "{" not in text
+
+
+def test_o_is_the_output_format_and_o_file_is_deprecated(cli: Any, pair: Scenario, tmp_path: Path) -> None:
+    args = ("manifest", "import", str(pair.root / "drafter"), "--target", str(pair.root / "target"))
+    as_json = cli(*args, "--convention", "specforge", "-o", "json")
+    assert as_json.code == 0 and as_json.json()["capture"]["layers"] == [1, 15, 28]
+    for flag in ("-o", "--output"):  # the old spelling writes the file for one more release, and says so
+        out = tmp_path / f"{flag.strip('-')}.yaml"
+        result = cli(*args, "--convention", "specforge", flag, str(out))
+        assert result.code == 0, result.stderr
+        note = " ".join(result.stderr.split())
+        assert f"-o/--output FILE is deprecated and goes in the next release; use --out {out}" in note
+        assert load_manifest(out).model.capture.layers == [1, 15, 28]
+    both = cli(*args, "--convention", "specforge", "--out", str(tmp_path / "a.yaml"), "-o", str(tmp_path / "b.yaml"))
+    assert both.code == 2 and "--out FILE only" in both.stderr
