@@ -19,7 +19,7 @@ LAB_TIMEOUT := --timeout 900
 # process compile specctl, pytest's rewritten tests and sglang from source: 10 s of collection alone).
 unexport PYTHONDONTWRITEBYTECODE
 
-.PHONY: all demo test test-fast lint typecheck bench sglang-env sglang-wheels system-deps clean
+.PHONY: all demo test test-fast lint typecheck schema bench sglang-env sglang-wheels system-deps clean
 
 all: test
 
@@ -77,6 +77,14 @@ typecheck: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check specctl tests
 	$(BIN)/ruff format --check specctl tests
+
+# The JSON Schemas of the file formats, as `specctl schema KIND` prints them from the models (the first line
+# of every example YAML points an editor at one); tests/profile/test_schema.py fails when one is stale.
+schema: $(STAMP)
+	mkdir -p docs/schema
+	for kind in profile manifest inventory; do \
+	  $(BIN)/specctl schema $$kind > docs/schema/$$kind.schema.json.tmp && mv docs/schema/$$kind.schema.json.tmp docs/schema/$$kind.schema.json || exit 1; \
+	done
 
 test: $(STAMP) $(HUB)/.built sglang-env sglang-wheels system-deps
 	$(MAKE) --no-print-directory lint

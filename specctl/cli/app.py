@@ -35,6 +35,7 @@ COMMAND_MODULES = {
     "show": "runs_cmds",
     "diff": "runs_cmds",
     "manifest": "manifest",
+    "schema": "schema_cmds",
 }
 _ROOT_VALUE_OPTIONS = frozenset({"--inventory", "-i", "--ssh-config", "--ledger"})
 
