@@ -47,6 +47,7 @@ from specctl.constants import (
     STARTUP_BUDGET_S,
 )
 from specctl.errors import InputError
+from specctl.gpus import GPUS
 from specctl.plan.inputs import Inputs
 from specctl.plan.plan import Plan, build_plan
 from specctl.plan.resolve import CaptureResolution
@@ -397,13 +398,15 @@ class _Render:
     def _pod(self, rank: int) -> dict[str, Any]:
         """The pod template of node `rank` (a leader's, or every worker's)."""
         gpus = str(self.profile.hardware.gpus_per_node)
+        # a CPU profile (the reference engine) asks for no GPU, so any node may run it
+        on_gpu = GPUS[self.profile.hardware.gpu].architecture != "cpu"
         server: dict[str, Any] = {
             "name": "server",
             "image": self.options.image,
             "imagePullPolicy": "IfNotPresent",
             "command": self.argvs[rank],
             "env": self._env(),
-            "resources": {"limits": {GPU_RESOURCE: gpus}, "requests": {GPU_RESOURCE: gpus}},
+            **({"resources": {"limits": {GPU_RESOURCE: gpus}, "requests": {GPU_RESOURCE: gpus}}} if on_gpu else {}),
             "volumeMounts": _mounts(
                 {"dshm": "/dev/shm", "model": self.options.model_mount, "release": RELEASE_MOUNT},
                 read_only=frozenset({"release"}),

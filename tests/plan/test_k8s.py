@@ -387,6 +387,30 @@ def test_gpus_shared_memory_and_probes(hub_env: Path, tmp_path: Path) -> None:
     assert not {"readinessProbe", "livenessProbe", "startupProbe"} & set(server(worker))  # other ranks serve no HTTP
 
 
+def test_a_cpu_profile_requests_no_gpu(hub_env: Path, tmp_path: Path) -> None:
+    """`gpu: cpu` (the reference engine's rehearsals) runs on any node: no GPU resource, so no GPU node."""
+    example = ROOT / "profiles" / "llama-3.1-8b-b200.yaml"
+    cpu = tmp_path / "cpu.yaml"
+    cpu.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "specctl/v1",
+                "kind": "Profile",
+                "extends": str(example),
+                "metadata": {"name": "llama-cpu", "version": 1},
+                "hardware": {"gpu": "cpu", "gpus_per_node": 1},
+            }
+        )
+    )
+    objs = objects(cpu)
+    for obj in objs:
+        validate(obj)
+    [pod] = pods(objs)
+    assert "nvidia.com/gpu" not in json.dumps(objs)
+    assert "resources" not in server(pod)
+    assert not {"nodeSelector", "tolerations", "affinity"} & set(pod["spec"])
+
+
 def test_the_contract_is_on_every_object(hub_env: Path) -> None:
     objs = objects(ROOT / "profiles" / "kimi-k2.5-tp8.yaml")
     plan = static.plan(static.check(ROOT / "profiles" / "kimi-k2.5-tp8.yaml", offline=True))
