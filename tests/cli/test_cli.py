@@ -70,19 +70,19 @@ def test_validate(cli: Any, tmp_path: Path) -> None:
     files = [str(p) for p in sorted((ROOT / "profiles").glob("*.yaml")) + sorted((ROOT / "manifests").glob("*.yaml"))]
     assert cli("validate", *files).code == 0
     bad = tmp_path / "bad.yaml"
-    bad.write_text(
-        (ROOT / "profiles" / "qwen3-8b-rtx.yaml").read_text().replace("gpus_per_node: 1", "gpus_per_nodes: 1")
-    )
+    text = (ROOT / "profiles" / "qwen3-8b-rtx.yaml").read_text().replace("gpus_per_node: 1", "gpus_per_nodes: 1")
+    bad.write_text(text)
+    hardware, typo = (text.splitlines().index(line) + 1 for line in ("hardware:", "  gpus_per_nodes: 1"))
     result = cli("validate", str(bad))
     assert result.code == 2
     assert (
-        f"{bad}:22:3: hardware.gpus_per_nodes: unknown key" in result.stderr
+        f"{bad}:{typo}:3: hardware.gpus_per_nodes: unknown key" in result.stderr
         and "did you mean 'gpus_per_node'" in result.stderr
     )
     data = cli("validate", "--json", str(bad)).json()
     assert data["ok"] is False and {(p["field"], p["line"]) for p in data["files"][0]["problems"]} == {
-        ("hardware.gpus_per_node", 20),
-        ("hardware.gpus_per_nodes", 22),
+        ("hardware.gpus_per_node", hardware),
+        ("hardware.gpus_per_nodes", typo),
     }
 
 
