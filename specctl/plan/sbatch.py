@@ -124,6 +124,8 @@ def render_sbatch(plan: Plan, job: JobSettings) -> str:
     # every rank execs its own launch script
     step = f'if [ "$SLURM_NODEID" = 0 ]; then {facts}; exec sh launch.sh; else exec sh "launch-$SLURM_NODEID.sh"; fi'
     step = _secrets_read() + step if plan.secrets else step
+    # from the release directory: a container starts in its image's WORKDIR (pyxis does), not the job's
+    step = f"cd {q(job.release_dir)} || exit 1; " + step
     lines = [
         "#!/bin/sh",
         *(f"#SBATCH {q(option)}" for option in options),

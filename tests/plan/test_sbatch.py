@@ -6,8 +6,11 @@ its own script."""
 from __future__ import annotations
 
 import os
+import shlex
 import subprocess
 from pathlib import Path
+
+import pytest
 
 from specctl.constants import HEAD_ADDRESS
 from specctl.flows import static
@@ -81,7 +84,8 @@ def test_every_rank_meets_at_the_allocations_first_node(tmp_path: Path) -> None:
         'echo "NodeName=n7 Arch=x86_64 NodeAddr=10.9.0.7 NodeHostName=n7";; esac\n'
     )
     (bin_dir / "srun").write_text(
-        '#!/bin/sh\nwhile [ "${1#-}" != "$1" ]; do shift; done\nfor r in 0 1; do SLURM_NODEID=$r "$@"; done\n'
+        # each step starts elsewhere, as in a container that starts in its image's WORKDIR
+        '#!/bin/sh\nwhile [ "${1#-}" != "$1" ]; do shift; done\ncd /\nfor r in 0 1; do SLURM_NODEID=$r "$@"; done\n'
     )
     for name in ("launch.sh", "launch-1.sh"):
         text = (release / name).read_text().replace("\nexec ", '\necho "$SITE_SETUP" ', 1)
@@ -161,3 +165,51 @@ def test_secrets_are_named_in_the_job_script_never_valued(tmp_path: Path) -> Non
         JobSettings("/s/p/releases/r1", "/s/p", "r1", "p"),
     )
     assert "mkfifo" not in plain and SECRETS_COMMENT not in plain
+
+
+# the container examples of docs/slurm-containers.md: each node's step runs in the image, through
+# pyxis's srun flags or with apptainer as the command srun starts
+CONTAINERS = {
+    "pyxis": [
+        "--container-image=lmsysorg/sglang:v0.5.23",
+        "--container-mounts=/lustre/team/specctl:/lustre/team/specctl,/lustre/models:/lustre/models:ro",
+    ],
+    "apptainer": ["apptainer", "exec", "--nv", "--bind", "/lustre/team/specctl,/lustre/models", "/images/sglang.sif"],
+}
+
+
+@pytest.mark.parametrize("shell", ["sh", "dash", "bash"])
+@pytest.mark.parametrize("secrets", [False, True], ids=["plain", "secrets"])
+@pytest.mark.parametrize("runtime", list(CONTAINERS))
+def test_the_job_script_and_each_nodes_step_parse(tmp_path: Path, shell: str, secrets: bool, runtime: str) -> None:
+    """What the batch shell and the container's shell read: the job script, its `srun ... sh -c STEP`
+    (run by the image's sh, so checked on its own), the facts script and every launch script."""
+    s = Scenario(tmp_path)
+    s.profile = merge(s.profile, {"parallel": {"tp": 2, "nnodes": 2}, "hardware": {"gpus_per_node": 1}})
+    if secrets:
+        s.profile["secrets"] = ["HF_TOKEN"]
+    report = static.check(s.write())
+    plan = static.plan(report, node0_address=HEAD_ADDRESS)
+    cluster = SlurmCluster(
+        kind="slurm",
+        login="local",
+        root="/lustre/team/specctl",
+        setup=["module load cuda/12.8"],
+        srun_args=CONTAINERS[runtime],
+    )
+    release = "/lustre/team/specctl/p/releases/r1"
+    files = job_files(plan, report.inputs.profile, report.inputs.engine.distribution(), cluster, release, "r1", "p")
+    texts = {name: data.decode() for name, (data, _) in files.items()}
+    texts["launch.sh"] = render_sh(plan, plan.nodes[0])
+    job = texts[JOB_FILE]
+    words = shlex.split(job[job.index("\nsrun ") + 1 :])  # the last command; the step may span lines
+    srun_args = CONTAINERS[runtime]
+    assert words[-3 - len(srun_args) :] == [*srun_args, "sh", "-c", words[-1]]
+    texts["step"] = words[-1]
+    assert texts["step"].startswith(f"cd {release} || exit 1; ")
+    assert ("mkfifo" in texts["step"]) == secrets
+    for name, text in texts.items():
+        checked = subprocess.run([shell, "-n", "-c", text], capture_output=True, text=True)
+        assert checked.returncode == 0, (name, checked.stderr)
+    broken = subprocess.run([shell, "-n", "-c", texts["step"] + "; fi"], capture_output=True, text=True)
+    assert broken.returncode != 0  # the check does catch a script that does not parse
