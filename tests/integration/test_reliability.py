@@ -98,6 +98,23 @@ def new_release_started(lab: SshLab, host: str, before: set[str]) -> Callable[[]
     return lambda: any((p / "server.pid").exists() for p in releases.iterdir() if p.name not in before)
 
 
+def start_step_ended(ledger: str) -> Callable[[], bool]:
+    """The running deploy recorded its start step as ended (its undo exists from then on)."""
+    from specctl.ledger.ledger import Ledger
+
+    def ended() -> bool:
+        if not Path(ledger).exists():
+            return False
+        book = Ledger(Path(ledger), readonly=True)
+        try:
+            runs = book.runs(kind="deploy")
+            return bool(runs) and ("start", "ended") in {(e.step, e.event) for e in book.events(runs[-1].id)}
+        finally:
+            book.close()
+
+    return ended
+
+
 def release_ids(lab: SshLab, host: str) -> set[str]:
     releases = lab.hosts[host].root / NAME / "releases"
     return {p.name for p in releases.iterdir()} if releases.exists() else set()
@@ -157,6 +174,7 @@ def test_connection_lost_for_good_leaves_no_untracked_server(cli: Any, lab: SshL
         )
     )
     wait_for(new_release_started(lab, "h1", before), 30, "the new server to start")
+    wait_for(start_step_ended(env["ledger"]), 30, "the start step to end")  # cut while readiness is polled
     lab.kill_sshd(lab.hosts["h1"])  # and it stays down until the deploy gave up
     worker.join(timeout=180)
     [result] = out
