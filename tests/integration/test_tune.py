@@ -142,7 +142,7 @@ def test_tune_finds_a_setting_writes_the_next_version_and_applies_it(cli: Any, l
         now = _link(lab, "current")
         assert now not in (before, None) and now == outcome["applied"]["release"]
         deployed = json.loads((lab.hosts[HOST].root / NAME / "releases" / now / "profile.json").read_text())
-        assert deployed["metadata"]["version"] == 2
+        assert deployed["metadata"]["version"] == 3  # v2 names the first tune's file: the next free version
         assert deployed["speculative"] == outcome["winner"]["speculative"]
     finally:
         cli("stop", str(v1), *common[:4])

@@ -18,7 +18,7 @@ from tests.integration.sshd import SshLab
 
 PORT = 31860
 NAME = "tiny-llama-demo"
-WINDOW = ["--window", "20s", "--look-every", "1s"]
+WINDOW = ["--window", "12s", "--look-every", "1s"]
 
 
 def _host(result: Any) -> dict[str, Any]:
