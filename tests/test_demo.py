@@ -5,6 +5,7 @@ check), a work directory left to try the next commands in, and nothing left runn
 from __future__ import annotations
 
 import json
+import os
 import socket
 import time
 from pathlib import Path
@@ -34,9 +35,10 @@ def nothing_listens(port: int) -> bool:
 
 
 @pytest.mark.lab  # the real reference engine: the product's own workflow, end to end
-def test_demo_json_tells_the_whole_story(cli: Any, tmp_path: Path) -> None:
-    port, work = free_port(), tmp_path / "work"
-    result = cli("--json", "demo", "--workdir", str(work), "--port", str(port))
+def test_demo_json_tells_the_whole_story(cli: Any) -> None:
+    """The demo in its default work directory; then the README's quick tour runs there as written."""
+    port, work = free_port(), Path(os.environ["XDG_DATA_HOME"]) / "specctl" / "demo"
+    result = cli("--json", "demo", "--port", str(port))
     assert result.code == 0, result.stdout + result.stderr
     data = result.json()
     steps = {s["step"]: s for s in data["steps"]}
@@ -129,6 +131,11 @@ def test_demo_json_tells_the_whole_story(cli: Any, tmp_path: Path) -> None:
         and status.json()["hosts"][0]["current"] == shifted["action"].split(": ", 1)[1]
         and not status.json()["hosts"][0]["running"]
     )
+
+    # the README's quick tour, every line as written from the repository root, in the demo's directory
+    from tests.test_docs import run_tour
+
+    assert run_tour(dict(os.environ)) == {}
 
 
 @pytest.mark.lab  # the real reference engine
