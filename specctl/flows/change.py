@@ -272,7 +272,16 @@ def _stop(c: Change) -> None:
     """Stop the release that was started, and record how its start ended: undone after it served, or failed."""
     c.session.progress(f"stopping {c.release.run_id}")
     c.session.platform.stop(c.release)
-    c.release.update_record(life="rolled-back" if c.switched else "failed-start")
+    _record_life(c.session, c.release, "rolled-back" if c.switched else "failed-start")
+
+
+def _record_life(s: HostSession, release: rel.Release, life: Life) -> None:
+    """An undo's note in the release's record: the undo itself (a stop, a switch back) happened, so a
+    record that cannot be written is said, never reported as the undo failing."""
+    try:
+        release.update_record(life=life)
+    except HostError as exc:
+        s.progress(f"could not record {release.run_id} as {life}: {exc.message}")
 
 
 def ready(c: Change) -> None:
@@ -306,24 +315,33 @@ def ready(c: Change) -> None:
 
 def switch(c: Change) -> Undo | None:
     """Point `current` at the release and record it serving (the one before: superseded, or rolled
-    back); the undo points it back (or removes it, when nothing was there)."""
+    back); the undo points it back (or removes it, when nothing was there). Records that cannot be
+    written after the switch put `current` back before the failure is raised: `current` never names
+    a release the walk back is about to stop."""
     s = c.session
     release = c.release
     before = c.previous if release.profile == s.profile else rel.linked(s.transport, s.root, release.profile)
     rel.switch(release, startup_s=c.startup_s)
     c.switched = True
-    release.update_record(life="serving")
-    if before is not None and before != release.run_id:
-        s.release(before, release.profile).update_record(life=c.replaced_as)
 
     def undo() -> None:
         if before is None:
             rel.unlink(s.transport, release.base)
         else:
             rel.switch(s.release(before, release.profile))
-            s.release(before, release.profile).update_record(life="serving")
-        release.update_record(life="rolled-back")
+            _record_life(s, s.release(before, release.profile), "serving")
+        _record_life(s, release, "rolled-back")
 
+    try:
+        release.update_record(life="serving")
+        if before is not None and before != release.run_id:
+            s.release(before, release.profile).update_record(life=c.replaced_as)
+    except BaseException as exc:
+        try:
+            undo()
+        except Exception as failed:  # noqa: BLE001 - the first failure is the one raised; this one is its note
+            exc.add_note(f"`current` could not be put back: {failed}")
+        raise
     return undo
 
 
