@@ -56,6 +56,9 @@ def pytest_configure(config: pytest.Config) -> None:
     default."""
     if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
         signal.signal(signal.SIGINT, signal.default_int_handler)
+    # xdist hands the groups out in the order of the items (LONG_GROUPS first), not by their number of tests
+    if hasattr(config.option, "loadscopereorder"):
+        config.option.loadscopereorder = False
 
 
 def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
@@ -75,17 +78,61 @@ def is_lab(item: pytest.Item) -> bool:
     )
 
 
+# The lab groups that take longest, about longest first (seconds on two workers, 2026-12-03), the Slurm lab
+# beside the probe's sglang imports: xdist hands the groups out in the order of the items, so these start
+# first and the groups left out (15 s at most) fill in at the end, rather than a long one starting last
+# on one worker while the other has finished.
+LONG_GROUPS = (
+    "slurm",  # 185
+    "tests/engines/sglang/test_probe_conformance.py",  # 80
+    "tests/integration/test_reliability.py",  # 140
+    "tests/integration/test_verify.py",  # 95
+    "tests/integration/test_staging.py",  # 80
+    "tests/integration/test_watch.py",  # 70
+    "tests/integration/test_deploy.py",  # 65
+    "tests/engines/sglang/test_capture_table_conformance.py",  # 65
+    "tests/integration/test_tune.py",  # 60
+    "tests/test_demo.py",  # 55
+    "tests/integration/test_faults.py",  # 40
+    "tests/engines/reference/test_speculate.py",  # 40
+    "tests/engines/sglang/test_flag_catalog.py",  # 40
+    "tests/engines/reference/test_metrics.py",  # 30
+    "tests/integration/test_ssh_transport.py",  # 25
+    "tests/integration/test_host_probe.py",  # 15
+)
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """`lab` on everything that needs the labs, before `-m "not lab"` deselects."""
+    """`lab` on everything that needs the labs, before `-m "not lab"` deselects; each lab test in its
+    xdist group, the long groups first."""
+    groups: dict[int, str] = {}
     for item in items:
         lab = is_lab(item)
         if lab and item.get_closest_marker("lab") is None:
             item.add_marker(pytest.mark.lab)
         if uses_slurm(item):  # one Slurm lab at a time: its daemons use Slurm's fixed ports and node names
-            item.add_marker(pytest.mark.xdist_group("slurm"))
+            groups[id(item)] = _grouped(config, item, "slurm")
         elif lab:  # a lab file's tests run in order on one worker: some leave state (a lock) the next clears
-            item.add_marker(pytest.mark.xdist_group(_relative(Path(str(item.path)))))
+            groups[id(item)] = _grouped(config, item, _relative(Path(str(item.path))))
+    rank = {name: i for i, name in enumerate(LONG_GROUPS)}
+    items.sort(key=lambda item: rank.get(groups.get(id(item), ""), len(rank)))  # stable: a file keeps its order
+
+
+def _grouped(config: pytest.Config, item: pytest.Item, group: str) -> str:
+    """The test in xdist group `group`. pytest-xdist (3.8) tells its scheduler a test's group by a
+    `@group` suffix it writes to `item._nodeid`, which pytest 9.2 no longer reads (an item's id is
+    `item._id`): the suffix was lost and `--dist loadgroup` spread the tests of a file, and the Slurm
+    tests, over the workers one by one. The suffix is written where this pytest reads it."""
+    item.add_marker(pytest.mark.xdist_group(group))
+    if getattr(config.option, "loadgroup", False) and hasattr(item, "_id"):  # an xdist worker, --dist loadgroup
+        from _pytest.nodeid import NodeId
+
+        if not item.nodeid.endswith(f"@{group}"):
+            item._id = NodeId.parse(f"{item.nodeid}@{group}")
+        if not item.nodeid.endswith(f"@{group}"):
+            raise pytest.UsageError(f"{item.nodeid}: its xdist group {group!r} does not reach the scheduler")
+    return group
 
 
 def uses_slurm(item: pytest.Item) -> bool:

@@ -35,12 +35,51 @@ def nothing_listens(port: int) -> bool:
 
 
 @pytest.mark.lab  # the real reference engine: the product's own workflow, end to end
-def test_demo_json_tells_the_whole_story(cli: Any) -> None:
-    """The demo in its default work directory; then the README's quick tour runs there as written."""
+def test_demo_tells_the_whole_story_at_80_columns_and_starts_a_previous_demo_afresh(
+    cli: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One demo for people at 80 columns, in its default work directory, where a previous demo left its
+    files; the story it tells as data (what `--json` prints: test_the_json_demo_prints_the_result below);
+    then the README's quick tour runs in that directory as written."""
+    monkeypatch.setenv("COLUMNS", "80")
     port, work = free_port(), Path(os.environ["XDG_DATA_HOME"]) / "specctl" / "demo"
-    result = cli("--json", "demo", "--port", str(port))
+    work.mkdir(parents=True)
+    (work / ".specctl-demo").touch()
+    (work / "ledger.db").write_bytes(b"a previous demo's ledger")
+    from specctl.flows import demo
+
+    told: list[demo.DemoResult] = []
+    run_demo = demo.run_demo
+    monkeypatch.setattr(demo, "run_demo", lambda *a, **kw: told.append(run_demo(*a, **kw)) or told[-1])
+    result = cli("demo", "--port", str(port))
     assert result.code == 0, result.stdout + result.stderr
-    data = result.json()
+
+    # what people read: each step as its command, then what that command would print
+    out = result.stdout
+    for command in (
+        "$ specctl check",
+        "$ specctl deploy",
+        "$ specctl baseline",
+        "--skip-check",
+        "$ specctl watch",
+        "--on-degraded plain",
+        "$ specctl runs",
+        "$ specctl diff",
+        "$ specctl stop",
+    ):
+        assert command in out, command
+    assert "rolled back to" in out and "capture-mismatch" in out and "drafter.layer_ids" in out
+    assert "v2: wrong layers [-1, 1, 3]" in out and "speedup" in out and "degraded" in out
+    assert f"specctl runs --ledger {work / 'ledger.db'}" in out
+    assert nothing_listens(port)
+    runs = cli("--json", "runs", "--ledger", str(work / "ledger.db")).json()["runs"]
+    assert [r["kind"] for r in runs] == ["deploy", "baseline", "deploy", "rollback", "watch", "watch"]  # the old went
+    table = cli("runs", "--ledger", str(work / "ledger.db"))
+    assert table.code == 0 and "…" not in table.stdout and all(len(line) <= 80 for line in table.stdout.splitlines())
+
+    # the same demo as data, as `--json` prints it
+    [kept] = told
+    data = json.loads(json.dumps(kept.to_dict(), default=str))
     steps = {s["step"]: s for s in data["steps"]}
     assert [s["step"] for s in data["steps"]] == [
         "check-v1",
@@ -61,8 +100,8 @@ def test_demo_json_tells_the_whole_story(cli: Any) -> None:
     gate = {g["name"]: g for g in v1["verdict"]["gates"]}["accept_length"]
     assert v1["ok"] and v1["verdict"]["passed"] and gate["threshold"] == 3.0 and gate["interval"]["estimate"] > 3.0
     state = work / "hosts" / "local" / "tiny-llama-demo"
-    kept = json.loads((state / "releases" / v1["release"] / "record.json").read_text())
-    assert kept["verification"]["state"] == "verified" and kept["verification"]["gates"][0]["low"] > 3.0
+    kept_record = json.loads((state / "releases" / v1["release"] / "record.json").read_text())
+    assert kept_record["verification"]["state"] == "verified" and kept_record["verification"]["gates"][0]["low"] > 3.0
     # v2 deployed past its failing check: verify fails on accept length, the host rolls back to v1 by itself
     assert "--skip-check" in steps["deploy-v2"]["command"]
     [v2] = steps["deploy-v2"]["hosts"]
@@ -103,8 +142,7 @@ def test_demo_json_tells_the_whole_story(cli: Any) -> None:
     assert summary["v1"]["speedup"] > summary["v2"]["speedup"] > 0 and summary["baseline"]["output_tokens_per_s"] > 0
     assert 0.0 < summary["v2"]["acceptance_rate"] < summary["v1"]["acceptance_rate"] < 1.0
 
-    # nothing left running; the work directory has what the next commands need
-    assert nothing_listens(port)
+    # the work directory has what the next commands need
     assert (work / "profiles" / "tiny-llama-v1.yaml").exists() and (work / "profiles" / "tiny-llama-v2.yaml").exists()
     inventory = yaml.safe_load((work / "hosts.yaml").read_text())
     assert inventory["hosts"]["local"]["root"] == str(work / "hosts" / "local")
@@ -119,6 +157,7 @@ def test_demo_json_tells_the_whole_story(cli: Any) -> None:
         for line in data["next"]
         if line.split()[1] in ("deploy", "status", "logs", "stop")
     )
+    assert all(line in out for line in data["next"])  # the lines people read
     # ... and they work: the short ids the demo prints are accepted back
     show_line = next(line for line in data["next"] if line.split()[1] == "show")
     shown = cli("--json", *show_line.split()[1:])
@@ -138,38 +177,25 @@ def test_demo_json_tells_the_whole_story(cli: Any) -> None:
     assert run_tour(dict(os.environ)) == {}
 
 
-@pytest.mark.lab  # the real reference engine
-def test_demo_for_people_at_80_columns_starts_a_previous_demo_afresh(
-    cli: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setenv("COLUMNS", "80")
-    port, work = free_port(), tmp_path / "work"
-    work.mkdir()
-    (work / ".specctl-demo").touch()
-    (work / "ledger.db").write_bytes(b"a previous demo's ledger")
-    result = cli("demo", "--workdir", str(work), "--port", str(port))
+def test_the_json_demo_prints_the_result(cli: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`--json demo` prints the demo's result as data (the lab test above reads a real demo's result)."""
+    from specctl.flows import demo
+
+    told = demo.DemoResult(str(tmp_path), "ledger.db", "hosts.yaml", {"v1": "v1.yaml", "v2": "v2.yaml"})
+    told.steps.append(demo.DemoStep("check-v1", "specctl check v1.yaml", {"ok": True, "findings": []}))
+    told.summary = {
+        "v1": {"passed": True, "accept_length": 3.5},
+        "v2": {"passed": False, "rolled_back_to": "r1"},
+        "watch": {"state": "ok"},
+        "watch-shift": {"state": "degraded", "action": "plain: r3"},
+    }
+    told.next_commands.append("specctl runs --ledger ledger.db")
+    monkeypatch.setattr(demo, "run_demo", lambda *a, **kw: told)
+    result = cli("--json", "demo", "--workdir", str(tmp_path), "--port", str(free_port()))
     assert result.code == 0, result.stdout + result.stderr
-    out = result.stdout
-    for command in (
-        "$ specctl check",
-        "$ specctl deploy",
-        "$ specctl baseline",
-        "--skip-check",
-        "$ specctl watch",
-        "--on-degraded plain",
-        "$ specctl runs",
-        "$ specctl diff",
-        "$ specctl stop",
-    ):
-        assert command in out, command
-    assert "rolled back to" in out and "capture-mismatch" in out and "drafter.layer_ids" in out
-    assert "v2: wrong layers [-1, 1, 3]" in out and "speedup" in out and "degraded" in out
-    assert f"specctl runs --ledger {work / 'ledger.db'}" in out
-    assert nothing_listens(port)
-    runs = cli("--json", "runs", "--ledger", str(work / "ledger.db")).json()["runs"]
-    assert [r["kind"] for r in runs] == ["deploy", "baseline", "deploy", "rollback", "watch", "watch"]  # the old went
-    table = cli("runs", "--ledger", str(work / "ledger.db"))
-    assert table.code == 0 and "…" not in table.stdout and all(len(line) <= 80 for line in table.stdout.splitlines())
+    assert result.json() == told.to_dict() and result.json()["as_expected"] is True
+    [step] = result.json()["steps"]
+    assert step == {"step": "check-v1", "command": "specctl check v1.yaml", "ok": True, "findings": []}
 
 
 def test_without_torch_the_demo_says_how_to_get_it_before_starting(

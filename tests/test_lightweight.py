@@ -1,4 +1,4 @@
-"""validate, check and render on local checkpoints never import torch or paramiko."""
+"""validate, check and render on local checkpoints never import torch, paramiko or matplotlib."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import sys
 from specctl.cli.app import main
 code = main(sys.argv[1:])
 heavy = sorted(m for m in sys.modules if m.split('.')[0] in {
-    'torch', 'paramiko', 'fabric', 'invoke', 'httpx', 'sqlite3', 'huggingface_hub', 'safetensors',
+    'torch', 'paramiko', 'fabric', 'invoke', 'httpx', 'sqlite3', 'huggingface_hub', 'safetensors', 'matplotlib',
 })
 print('MODULES=' + __import__('json').dumps(heavy), file=sys.stderr)
 sys.exit(code)

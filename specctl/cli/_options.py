@@ -90,6 +90,14 @@ LegacyOutOpt = Annotated[
     str | None,
     typer.Option("-o", "--output", metavar="FILE", hidden=True, help="Deprecated: use --out FILE; -o json is --json."),
 ]
+FormatOpt = Annotated[
+    Literal["normal", "wide", "json"],
+    typer.Option(
+        "-o",
+        "--output",
+        help="normal: what fits the terminal; wide: every column, and each host's gates; json: as --json.",
+    ),
+]
 ReasonOpt = Annotated[str | None, typer.Option("--reason", help="Why (recorded with the run).")]
 # a choice, so a typo is a usage error (exit 2) before anything reads a checkpoint or reaches a host
 BaselineOpt = Annotated[
@@ -106,9 +114,10 @@ def command_output(ctx: typer.Context, json_mode: bool) -> Output:
 
 
 def out_file(output: Output, out: Path | None, legacy: str | None) -> Path | None:
-    """The file `--out` names. `-o json` is the output format (--json); `-o FILE` and `--output FILE`,
-    the old spelling, still write FILE for one release, with a note on stderr naming --out."""
-    if legacy is None:
+    """The file `--out` names. `-o json`, `-o wide` and `-o normal` are the output format (the command
+    reads `wide` itself); `-o FILE` and `--output FILE`, the old spelling, still write FILE for one
+    release, with a note on stderr naming --out."""
+    if legacy is None or legacy in ("normal", "wide"):
         return out
     if legacy == "json":
         output.json_mode = True

@@ -8,11 +8,14 @@ from __future__ import annotations
 import json
 import os
 import sys
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from rich.console import Console, RenderableType
+
+if TYPE_CHECKING:
+    from rich.table import Table
 
 
 @dataclass
@@ -60,3 +63,19 @@ class Output:
         """Something for people only: never part of --json output."""
         if not self.json_mode:
             self.err.print(renderable)
+
+
+def table(*names: str, wide: bool, right: Collection[str] = ()) -> Table:
+    """A table as `-o` asks for it. Narrow (`normal`): no box and two spaces between columns, so
+    that the columns a command keeps fit 80; a cell wraps between words and folds a word wider than
+    its column, never cutting it short. `wide`: ruled under the header, for `result(..., fit=False)`
+    to print at its natural width. Columns named in `right` hold figures, aligned right. Cells
+    given as `str` are rich markup, as in any table: free text (an error) goes in as `Text`."""
+    from rich import box
+    from rich.table import Table
+    from rich.text import Text
+
+    shown = Table(box=box.HEAVY_HEAD if wide else None, pad_edge=wide, header_style="bold")
+    for name in names:  # a header is text, not markup: `[interval]` stays
+        shown.add_column(Text(name), justify="right" if name in right else "left", overflow="fold")
+    return shown

@@ -27,21 +27,24 @@ def recorded(
     budget_s: float | None = None,
     stage_parallel: int | None = None,
     offline: bool = False,
+    live: bool = True,
 ) -> Iterator[Context]:
     """Open the ledger and catch SIGTERM/SIGINT for the block; yields the flows' Context. Progress
-    goes to stderr: lines for people, or under --json one JSON object per event."""
-    import json
+    goes to stderr: for people, one line per host that changes in place on a terminal (`live`: not
+    for a command that prints its own results as it goes) or plain lines each said once; under
+    --json one JSON object per event and note."""
     import threading
-    import time
 
     from specctl.cancel import on_signals
+    from specctl.cli._progress import HostProgress
     from specctl.flows.session import Context
     from specctl.ledger.ledger import Ledger, ledger_path
 
     book = Ledger(ledger_path(ledger))
     command = shlex.join(["specctl", *sys.argv[1:]])
+    shown = HostProgress(output.err, live=live and output.err.is_terminal and not output.json_mode)
     try:
-        with on_signals() as cancel:
+        with on_signals() as cancel, shown:
             ctx = Context(
                 book,
                 command,
@@ -50,7 +53,6 @@ def recorded(
                 accept_new_host_key=accept_new_host_key,
                 secrets_env={n: os.environ[n] for n in secrets or () if n in os.environ},
                 cancel=cancel,
-                on_progress=lambda host, text: output.hint(f"[dim]{host}[/]: {text}"),
                 offline=offline,
             )
             if budget_s is not None:
@@ -58,13 +60,20 @@ def recorded(
             if stage_parallel is not None:
                 ctx.stage_slots = threading.BoundedSemaphore(stage_parallel)
             if output.json_mode:
-
-                def event(host: str, fields: dict[str, object]) -> None:
-                    record = {"host": host, "time": round(time.time(), 3), **fields}
-                    output.err.file.write(json.dumps(record, sort_keys=True, default=str) + "\n")
-                    output.err.file.flush()
-
-                ctx.on_event = event
+                ctx.on_event = lambda host, fields: _json_line(output, host, fields)
+                ctx.on_note = lambda host, text: _json_line(output, host, {"event": "note", "text": text})
+            else:
+                ctx.on_event, ctx.on_progress, ctx.on_note = shown.event, shown.progress, shown.note
             yield ctx
     finally:
         book.close()
+
+
+def _json_line(output: Output, host: str, fields: dict[str, object]) -> None:
+    """One progress event as a JSON object on its own line of stderr (stdout keeps the result)."""
+    import json
+    import time
+
+    record = {"host": host, "time": round(time.time(), 3), **fields}
+    output.err.file.write(json.dumps(record, sort_keys=True, default=str) + "\n")
+    output.err.file.flush()

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import shlex
 import time
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from specctl.cli._options import (
     AcceptOpt,
     BaselineOpt,
+    FormatOpt,
     HostsOpt,
     InventoryOpt,
     JsonOpt,
@@ -23,9 +24,14 @@ from specctl.cli._options import (
     engines_as_judge,
     selected_hosts,
 )
+from specctl.cli._output import table
 from specctl.cli._recording import recorded
 from specctl.constants import STAGE_PARALLEL, STARTUP_BUDGET_S
 from specctl.errors import CheckFailed, HostError, InputError
+
+if TYPE_CHECKING:
+    from rich.console import RenderableType
+    from rich.text import Text
 
 ROLLED_BACK_EXIT = 4  # deployed, verify failed, rolled back
 FOLLOW_POLL_S = 1.0  # how often `logs -f` asks each host for what its log gained
@@ -59,16 +65,21 @@ def hosts(
     ] = "",
     engine: Annotated[str, typer.Option("--engine", help="Engine whose version to report.")] = "sglang",
     port: Annotated[int, typer.Option("--port", help="Port to test.")] = 30000,
+    out: FormatOpt = "normal",
     json_mode: JsonOpt = False,
 ) -> None:
-    """The inventory's hosts; with --check, reachability and facts, in parallel."""
-    from rich.table import Table
+    """The inventory's hosts; with --check, reachability and facts, in parallel. A host that cannot be
+    reached is said under the table, whole (a host key's fingerprint with it); `-o wide` lists every
+    GPU and puts the error in its row."""
+    from rich.console import Group
+    from rich.text import Text
 
     from specctl.engines import get_engine
     from specctl.flows import servers
     from specctl.hosts.inventory import inventory_path, resolve_hosts
 
-    output = command_output(ctx, json_mode)
+    output = command_output(ctx, json_mode or out == "json")
+    wide = out == "wide"
     path = inventory_path(inventory)
     names = [
         *(names or ()),
@@ -81,16 +92,18 @@ def hosts(
         names = list(load_document(path, Inventory, "Inventory").model.hosts) if path else ["local"]
     specs = resolve_hosts(names, path)
     if not check:
-        table = Table("host", "ssh", "root", "python", title="inventory", title_justify="left")
+        listed = table("host", "ssh", "root", "python", wide=wide)
         for h in specs:
-            table.add_row(
+            listed.add_row(
                 h.name,
                 h.ssh_alias or (str(h.ssh_overrides.get("hostname")) if h.ssh_overrides else "local"),
                 h.root or f"~/.specctl/hosts/{h.name} (default)",
                 h.python or "-",
             )
         output.result(
-            {"hosts": [{"name": h.name, "ssh": h.ssh_alias, "root": h.root, "python": h.python} for h in specs]}, table
+            {"hosts": [{"name": h.name, "ssh": h.ssh_alias, "root": h.root, "python": h.python} for h in specs]},
+            Group(Text("inventory", style="bold"), listed),
+            fit=not wide,
         )
         return
     rows = servers.facts(
@@ -100,34 +113,39 @@ def hosts(
         port=port,
         distribution=get_engine(engine).distribution(),
     )
-    table = Table(
-        "host",
-        "reachable",
-        "GPUs",
-        "CUDA",
-        "python",
-        engine,
-        "free disk",
-        f"port {port}",
-        title="hosts",
-        title_justify="left",
-    )
+    checked = table("host", "reachable", "GPUs", "CUDA", "python", engine, "free disk", f"port {port}", wide=wide)
     for r in rows:
         f = r.get("facts") or {}
-        gpus = ", ".join(f"{g['name']} ({g['memory_mib']} MiB)" for g in f.get("gpus", ())) or "none"
-        table.add_row(
+        gpus = [f"{g['name']} ({g['memory_mib']} MiB)" for g in f.get("gpus", ())]
+        gpus_text = (", ".join(gpus) if wide else _counted(gpus)) or "none"
+        checked.add_row(
             r["host"],
-            "yes" if r["reachable"] else f"NO: {r.get('error')}",
-            gpus if f else "-",
+            "yes" if r["reachable"] else f"NO: {r.get('error')}" if wide else "NO",
+            gpus_text if f else "-",
             f.get("cuda") or "-",
             f.get("python") or "-",
             f.get("engine_version") or "-",
             f"{f['disk_free_gib']} GiB" if f.get("disk_free_gib") is not None else "-",
             {True: "free", False: "IN USE", None: "-"}[f.get("port_free")],
         )
-    output.result({"hosts": rows}, table)
+    errors = [] if wide else said_under([(r["host"], str(r.get("error"))) for r in rows if not r["reachable"]])
+    output.result({"hosts": rows}, Group(Text("hosts", style="bold"), checked, *errors), fit=not wide)
     if not all(r["reachable"] for r in rows):
         raise typer.Exit(HostError.exit_code)
+
+
+def said_under(errors: list[tuple[str, str]]) -> list[Text]:
+    """Each host's error as a paragraph under a narrow table, named once: wrapped between words, so a
+    host key's fingerprint (one 50-character word) is never folded into a narrow cell or cut short."""
+    from rich.text import Text
+
+    return [Text(e if e.startswith(f"{host}: ") else f"{host}: {e}") for host, e in errors]
+
+
+def _counted(items: list[str]) -> str:
+    """Equal items counted, in first-seen order: `8 x NVIDIA H200 (143771 MiB)`."""
+    counts = {item: items.count(item) for item in items}
+    return ", ".join(item if n == 1 else f"{n} x {item}" for item, n in counts.items())
 
 
 def stage(
@@ -149,6 +167,7 @@ def stage(
     ledger: LedgerOpt = None,
     ssh_config: SshConfigOpt = None,
     accept_new_host_key: AcceptOpt = False,
+    out: FormatOpt = "normal",
     json_mode: JsonOpt = False,
     offline: OfflineOpt = False,
 ) -> None:
@@ -156,13 +175,15 @@ def stage(
     each host's cache, with the engine's own Python; nothing running is touched. A deploy does the
     same first; staging ahead keeps the deploy window short. Resumes an interrupted download.
     --offline asks no Hub: a complete snapshot already in a host's cache is staged, content unverified."""
-    from rich.table import Table
+    from rich.console import Group
+    from rich.text import Text
 
     from specctl.flows import static
     from specctl.flows.stage import stage_hosts
     from specctl.release.staging import size_text
 
-    output = command_output(ctx, json_mode)
+    output = command_output(ctx, json_mode or out == "json")
+    wide = out == "wide"
     if verify and offline:
         raise InputError(
             "--verify checks the staged files against the checksums the Hub publishes: it cannot run offline",
@@ -182,18 +203,12 @@ def stage(
         offline=offline,
     ) as rc:
         reports = stage_hosts(rc, report, selected, dry_run=dry_run, verify=verify)
-    table = Table(
-        "host",
-        "checkpoint",
-        "state",
-        title=f"{'stage plan' if dry_run else 'stage'}: {p.metadata.name}",
-        title_justify="left",
-    )
+    shown = table("host", "checkpoint", "state", wide=wide)
     for r in reports:
         if r.error:
-            table.add_row(r.host, "-", f"FAILED: {r.error}")
+            shown.add_row(r.host, "-", Text(f"FAILED: {r.error}") if wide else "FAILED")
         for s in r.staged:
-            table.add_row(
+            shown.add_row(
                 r.host,
                 s.repo,
                 (
@@ -204,10 +219,16 @@ def stage(
                 else s.state(),
             )
         for planned in r.planned:
-            table.add_row(r.host, planned.repo, f"would fetch {size_text(planned.fetch)} of {size_text(planned.bytes)}")
+            shown.add_row(r.host, planned.repo, f"would fetch {size_text(planned.fetch)} of {size_text(planned.bytes)}")
         if r.ok and not r.staged and not r.planned:
-            table.add_row(r.host, "-", "nothing to stage (the models are paths on the host)")
-    output.result({"profile": p.metadata.name, "dry_run": dry_run, "hosts": [r.to_dict() for r in reports]}, table)
+            shown.add_row(r.host, "-", "nothing to stage (the models are paths on the host)")
+    title = Text(f"{'stage plan' if dry_run else 'stage'}: {p.metadata.name}", style="bold")
+    errors = [] if wide else said_under([(r.host, r.error) for r in reports if r.error])
+    output.result(
+        {"profile": p.metadata.name, "dry_run": dry_run, "hosts": [r.to_dict() for r in reports]},
+        Group(title, shown, *errors),
+        fit=not wide,
+    )
     for why in sorted({s.unverified for r in reports for s in r.staged if s.unverified}):
         output.hint(
             f"content unverified: {why}. Complete by size (the snapshot's index and shard headers); "
@@ -254,20 +275,19 @@ def deploy(
     ledger: LedgerOpt = None,
     ssh_config: SshConfigOpt = None,
     accept_new_host_key: AcceptOpt = False,
+    out: FormatOpt = "normal",
     json_mode: JsonOpt = False,
     offline: OfflineOpt = False,
 ) -> None:
     """Check a profile, put it on its hosts (release directory, lock, stop, start, readiness, switch),
     verify it, and roll a host back by itself when its verify fails (exit 4)."""
-    from rich.table import Table
-
     from specctl.cli.views import findings_view, show_reports
     from specctl.facts.remote import ReadOnHosts
     from specctl.flows import servers, static
     from specctl.flows.baseline import checked_mode
     from specctl.flows.deploy import deploy as deploy_flow
 
-    output = command_output(ctx, json_mode)
+    output = command_output(ctx, json_mode or out == "json")
     mode = checked_mode(baseline_mode)
     # host paths this machine cannot see: read on every selected host, refused when the hosts' copies differ
     report = static.check(
@@ -292,46 +312,18 @@ def deploy(
     if dry_run:
         import os
 
-        from specctl.release.staging import size_text
-
         rows = servers.preview(
             servers.Reach(ssh_config, accept_new_host_key),
             report,
             selected,
             secrets_env={n: os.environ[n] for n in p.secrets if n in os.environ},
         )
-        table = Table(
-            "host",
-            "current",
-            "stage",
-            "drafter overlay",
-            "launch",
-            title=f"dry run: {p.metadata.name} v{p.metadata.version}",
-            title_justify="left",
+        title = f"dry run: {p.metadata.name} v{p.metadata.version}"
+        output.result(
+            {"dry_run": rows},
+            _dry_run_view(rows, title, wide=out == "wide", width=output.out.width - 2),
+            fit=out != "wide",
         )
-        for row in rows:
-            stage_text = (
-                "; ".join(
-                    f"{x['repo']}: "
-                    + (
-                        f"cannot tell: {x['error']}"
-                        if x.get("error")
-                        else "staged"
-                        if x["staged"]
-                        else f"fetch {size_text(x['fetch'])} of {size_text(x['bytes'])}"
-                    )
-                    for x in row.get("stage", ())
-                )
-                or "nothing (paths on the host)"
-            )
-            disk = row.get("disk")
-            if disk and not disk["fits"]:
-                stage_text += f"; DISK SHORT: {size_text(disk['free'])} free in {disk['cache']}"
-            overlay = row.get("overlay")
-            overlay_text = f"{overlay['directory']} -> {overlay['links_to']}, ids {overlay['ids']}" if overlay else "-"
-            launch = row["launch"] + (f"\nas a Slurm job: {shlex.join(row['job'])}" if row.get("job") else "")
-            table.add_row(row["host"], row["current"], stage_text, overlay_text, launch)
-        output.result({"dry_run": rows}, table)
         return
     with recorded(
         output,
@@ -355,21 +347,14 @@ def deploy(
             skip_check=skip_check,
             stage=not no_stage,
         )
-    if no_verify or output.json_mode:
-        table = Table(
-            "host", "result", "release", title=f"deploy {p.metadata.name} v{p.metadata.version}", title_justify="left"
-        )
-        for o in reports:
-            table.add_row(
-                o.host,
-                ("ok: " if o.ok else "FAILED: ") + o.detail + (f" (fix: {o.fix})" if o.fix else ""),
-                o.release or "-",
-            )
-        output.result(
-            {"profile": p.metadata.name, "version": p.metadata.version, "hosts": [o.__dict__ for o in reports]}, table
-        )
-    else:
-        show_reports(output, reports, f"deploy {p.metadata.name} v{p.metadata.version}")
+    show_reports(
+        output,
+        reports,
+        f"deploy {p.metadata.name} v{p.metadata.version}",
+        wide=out == "wide",
+        profile=p.metadata.name,
+        version=p.metadata.version,
+    )
     for o in reports:
         if o.log_tail and not output.json_mode:
             output.err.print(f"[bold]{o.host}[/]: last lines of the server log:")
@@ -383,6 +368,62 @@ def deploy(
         raise typer.Exit(CheckFailed.exit_code)
 
 
+def _dry_run_view(rows: list[dict[str, Any]], title: str, *, wide: bool, width: int) -> RenderableType:
+    """`deploy --dry-run` for people (the rows of `servers.preview`). Narrow: per host what runs now
+    and what staging would fetch, then the drafter overlay and the launch command, broken before each
+    option as the launch script is (`render`), once for the hosts that share it. `wide`: one row per
+    host with every column, the command on one line."""
+    from rich.console import Group
+    from rich.text import Text
+
+    from specctl.plan.render import command_lines
+    from specctl.release.staging import size_text
+
+    def staged(x: dict[str, Any]) -> str:
+        if x.get("error"):
+            return f"{x['repo']}: cannot tell: {x['error']}"
+        return f"{x['repo']}: " + (
+            "staged" if x["staged"] else f"fetch {size_text(x['fetch'])} of {size_text(x['bytes'])}"
+        )
+
+    def stage_text(row: dict[str, Any]) -> str:
+        text = ("; " if wide else "\n").join(staged(x) for x in row.get("stage", ())) or "nothing (paths on the host)"
+        disk = row.get("disk")
+        if disk and not disk["fits"]:
+            text += ("; " if wide else "\n") + f"DISK SHORT: {size_text(disk['free'])} free in {disk['cache']}"
+        return text
+
+    def overlay_text(row: dict[str, Any]) -> str:
+        overlay = row.get("overlay")
+        return f"{overlay['directory']} -> {overlay['links_to']}, ids {overlay['ids']}" if overlay else "-"
+
+    if wide:
+        shown = table("host", "current", "stage", "drafter overlay", "launch", wide=True)
+        for row in rows:
+            launch = row["launch"] + (f"\nas a Slurm job: {shlex.join(row['job'])}" if row.get("job") else "")
+            shown.add_row(row["host"], row["current"], stage_text(row), overlay_text(row), launch)
+        return Group(Text(title, style="bold"), shown)
+    shown = table("host", "current", "stage", wide=False)
+    for row in rows:
+        shown.add_row(row["host"], row["current"], stage_text(row))
+    blocks: list[RenderableType] = [Text(title, style="bold"), shown]
+    # what the hosts share is said once: a single-node profile's command is the same on every host
+    said: dict[tuple[str, tuple[str, ...]], list[str]] = {}
+    for row in rows:
+        if row.get("overlay"):
+            o = row["overlay"]
+            linked = (f"{o['directory']} (ids {o['ids']})", f"links to {o['links_to']}")
+            said.setdefault(("drafter overlay", linked), []).append(row["host"])
+        launch = tuple(command_lines(shlex.split(row["launch"]), width=width))
+        said.setdefault(("launch", launch), []).append(row["host"])
+        if row.get("job"):
+            said.setdefault(("Slurm job", tuple(command_lines(row["job"], width=width))), []).append(row["host"])
+    for (what, lines), names in said.items():
+        on = f"all {len(names)} hosts" if len(names) == len(rows) > 2 else ", ".join(names)
+        blocks += [Text(f"{what} on {on}:"), *(Text("  " + line, overflow="fold") for line in lines)]
+    return Group(*blocks)
+
+
 def status(
     ctx: typer.Context,
     profile: ProfileArg,
@@ -390,16 +431,20 @@ def status(
     inventory: InventoryOpt = None,
     ssh_config: SshConfigOpt = None,
     accept_new_host_key: AcceptOpt = False,
+    out: FormatOpt = "normal",
     json_mode: JsonOpt = False,
 ) -> None:
     """What runs on each host: current release, its process and health, any other server of the
-    profile (a release not made current stops itself by its deadline), and who holds the lock."""
-    from rich.table import Table
+    profile (a release not made current stops itself by its deadline), and who holds the lock. A host
+    that cannot be reached is said under the table (`-o wide`: in its row)."""
+    from rich.console import Group
+    from rich.text import Text
 
     from specctl.flows import servers
     from specctl.profile import load_profile
 
-    output = command_output(ctx, json_mode)
+    output = command_output(ctx, json_mode or out == "json")
+    wide = out == "wide"
     p = load_profile(profile, check_files=False).model
     rows = servers.status(
         servers.Reach(ssh_config, accept_new_host_key),
@@ -407,18 +452,22 @@ def status(
         p.engine.port,
         selected_hosts(p.hosts, hosts, inventory),
     )
-    table = Table(
-        "host", "current release", "running", "healthy", "state", title=f"{p.metadata.name}", title_justify="left"
-    )
+    shown = table("host", "current release", "running", "healthy", "state", wide=wide)
     for r in rows:
-        table.add_row(
+        state = "unreachable" if r.error and not wide else r.summary
+        shown.add_row(
             r.host,
             r.current or "-",
             "yes" if r.running else "no",
             "yes" if r.healthy else "no",
-            r.summary + (f"; locked by {r.locked_by}" if r.locked_by else ""),
+            Text(state + (f"; locked by {r.locked_by}" if r.locked_by else "")),
         )
-    output.result({"profile": p.metadata.name, "hosts": [{**r.__dict__, "state": r.summary} for r in rows]}, table)
+    errors = [] if wide else said_under([(r.host, r.error) for r in rows if r.error])
+    output.result(
+        {"profile": p.metadata.name, "hosts": [{**r.__dict__, "state": r.summary} for r in rows]},
+        Group(Text(p.metadata.name, style="bold"), shown, *errors),
+        fit=not wide,
+    )
     if any(r.error for r in rows):
         raise typer.Exit(HostError.exit_code)
 

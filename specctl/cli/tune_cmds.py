@@ -24,6 +24,7 @@ from specctl.cli._options import (
     out_file,
     selected_hosts,
 )
+from specctl.cli._output import table
 from specctl.cli._recording import recorded
 from specctl.constants import STARTUP_BUDGET_S
 from specctl.errors import CheckFailed, InputError
@@ -57,7 +58,14 @@ def tune(
     ] = None,
     legacy_out: LegacyOutOpt = None,
     html: Annotated[
-        Path | None, typer.Option("--html", metavar="PATH", help="Also write the table and heat map as an HTML page.")
+        Path | None,
+        typer.Option(
+            "--html",
+            "--plot-file",
+            metavar="FILE",
+            help="Also write the candidates and the heat map as a standalone HTML page "
+            "(needs matplotlib: pip install 'specctl[plots]').",
+        ),
     ] = None,
     startup_timeout: Annotated[
         float, typer.Option("--startup-timeout", help="Seconds a server may take to answer a generation.")
@@ -72,7 +80,8 @@ def tune(
 ) -> None:
     """Measure the profile's `tune:` grid of speculative settings on one host, each as a release,
     dropping a candidate once its interval is decided below the best; write the winner as the next
-    profile version and record a `tune` run. The host keeps its release unless --apply."""
+    profile version and record a `tune` run. The host keeps its release unless --apply. `-o wide`
+    adds each candidate's release and its throughput at the profile's other operating points."""
     from specctl.cli.views import findings_view
     from specctl.flows import static
     from specctl.flows.baseline import checked_mode
@@ -80,6 +89,10 @@ def tune(
 
     output = command_output(ctx, json_mode)
     output_file = out_file(output, output_file, legacy_out)
+    if html is not None:
+        from specctl.cli.plots import require
+
+        require()  # before the search, not after an hour of it
     mode = checked_mode(baseline_mode)
     report = static.check(profile, offline=offline)
     errors = [f for f in report.findings if f.severity.value == "error"]
@@ -107,61 +120,69 @@ def tune(
         result = tune_flow(rc, report, selected[0], apply=apply, output=output_file, baseline_mode=mode)
     data = result.to_dict()
     if html is not None:
-        from specctl.cli.charts import tune_report
+        from specctl.cli.pages import tune_page
 
-        html.write_text(tune_report(data), encoding="utf-8")
-    output.result(data, tune_view(data))
+        html.write_text(tune_page(data), encoding="utf-8")
+    output.result(data, tune_view(data, wide=legacy_out == "wide"), fit=legacy_out != "wide")
     if result.applied is not None and not result.applied.passed:
         raise typer.Exit(CheckFailed.exit_code)
 
 
-def tune_view(data: Mapping[str, Any]) -> RenderableType:
+def tune_view(data: Mapping[str, Any], *, wide: bool = False) -> RenderableType:
     """Every candidate with its objective's interval, the requests it used and how it ended; the
-    heat map; what was left out; where the winner was written."""
+    heat map; what was left out or failed; where the winner was written. Narrow: those columns, to
+    fit 80, and a failure's reason under the table; `wide`: each candidate's release (what
+    `rollback --to` takes) and its throughput at the profile's other operating points too."""
     from rich.console import Group
-    from rich.table import Table
     from rich.text import Text
 
     objective = data["objective"]
     # the profile's other operating points, measured for the candidates still in the running
     others = sorted({int(c) for row in data["candidates"] for c in (row.get("points") or {}) if c.isdigit()})
-    table = Table(
-        "candidate",
-        "release",
-        f"{objective['metric']} @{objective['concurrency']}",
-        "interval",
-        "requests",
-        *(f"tok/s @{c}" for c in others),
-        "result",
-        title=f"tune {data['profile']} v{data['version']} on {data['host']} (run {data['run']})",
-        title_justify="left",
-    )
+    at = f"{objective['metric']} @{objective['concurrency']}"
+    at_others = [f"tok/s @{c}" for c in others]
+    if wide:
+        columns = ("candidate", "release", at, "interval", "requests", *at_others, "result")
+        shown = table(*columns, wide=True, right=("requests", *at_others))
+    else:
+        shown = table("candidate", at, "requests", "result", wide=False, right=("requests",))
+    failures = []
     for row in data["candidates"]:
         iv = row.get("interval") or {}
+        interval = f"[{_num(iv.get('low'))}, {_num(iv.get('high'))}]" if iv else "-"
         result = (
             "WINNER"
             if row["winner"]
-            else f"failed: {row['failed']}"
+            else (f"failed: {row['failed']}" if wide else "FAILED")
             if row["failed"]
             else "eliminated"
             if row["eliminated"]
             else "kept"
         )
+        candidate = row["key"] + (" (current)" if row["incumbent"] else "")
+        if row["failed"] and not wide:
+            failures.append(_note(f"failed: {candidate}: {row['failed']}"))
+        if not wide:
+            figure = f"{_num(row.get('estimate'))} {interval}" if iv else _num(row.get("estimate"))
+            shown.add_row(candidate, figure, str(row["requests"]), result)
+            continue
         points = row.get("points") or {}
         at_points = [
             _num(((points.get(str(c)) or {}).get("output_tokens_per_s") or {}).get("estimate")) for c in others
         ]
-        table.add_row(
-            row["key"] + (" (current)" if row["incumbent"] else ""),
+        shown.add_row(
+            candidate,
             row.get("release") or "-",
             _num(row.get("estimate")),
-            f"[{_num(iv.get('low'))}, {_num(iv.get('high'))}]" if iv else "-",
+            interval,
             str(row["requests"]),
             *at_points,
             result,
         )
     blocks: list[RenderableType] = [
-        table,
+        Text(f"tune {data['profile']} v{data['version']} on {data['host']} (run {data['run']})", style="bold"),
+        shown,
+        *failures,
         Text(
             f"{data['requests']} requests in all (measuring every candidate to {data['planned_requests']}: "
             f"{data['exhaustive_requests']})"
@@ -173,9 +194,11 @@ def tune_view(data: Mapping[str, Any]) -> RenderableType:
             + f"; {data['level_note']}"
         ),
     ]
-    blocks.append(heat_map_view(data["heat_map"], objective["metric"]))
+    if not wide:
+        blocks.append(Text(f"-o wide adds each candidate's {', '.join(['release', *at_others])}", style="dim"))
+    blocks.append(heat_map_view(data["heat_map"], objective["metric"], wide=wide))
     for d in data.get("dropped") or []:
-        blocks.append(Text(f"  not measured: {d['key']}: {d['reason']}"))
+        blocks.append(_note(f"not measured: {d['key']}: {d['reason']}"))
     if data.get("profile_file"):
         blocks.append(
             Text(
@@ -194,22 +217,25 @@ def tune_view(data: Mapping[str, Any]) -> RenderableType:
     return Group(*blocks)
 
 
-def heat_map_view(heat: Mapping[str, Any], metric: str) -> RenderableType:
+def heat_map_view(heat: Mapping[str, Any], metric: str, *, wide: bool = False) -> RenderableType:
     """num_steps down, the other setting across, each cell shaded by the objective (darkest: best)."""
-    from rich.table import Table
+    from rich.console import Group
     from rich.text import Text
 
     values = [v for row in heat["cells"] for v in row if v is not None]
     low, high = (min(values), max(values)) if values else (0.0, 1.0)
-    table = Table(
-        f"num_steps \\ {heat['columns']}",
-        *(str(c) for c in heat["column_values"]),
-        title=f"heat map: {metric}",
-        title_justify="left",
-    )
+    shown = table(f"num_steps \\ {heat['columns']}", *(str(c) for c in heat["column_values"]), wide=wide)
     for steps, row in zip(heat["row_values"], heat["cells"], strict=True):
-        table.add_row(str(steps), *(_cell(v, low, high) for v in row))
-    return table if values else Text("heat map: nothing measured")
+        shown.add_row(str(steps), *(_cell(v, low, high) for v in row))
+    return Group(Text(f"heat map: {metric}", style="bold"), shown) if values else Text("heat map: nothing measured")
+
+
+def _note(text: str) -> RenderableType:
+    """A line under a table, indented as a whole (its wrapped lines too)."""
+    from rich.padding import Padding
+    from rich.text import Text
+
+    return Padding(Text(text), (0, 0, 0, 2))
 
 
 def _cell(value: float | None, low: float, high: float) -> Any:

@@ -9,6 +9,7 @@ import typer
 from specctl.cli._options import (
     AcceptOpt,
     BaselineOpt,
+    FormatOpt,
     HostsOpt,
     InventoryOpt,
     JsonOpt,
@@ -41,6 +42,7 @@ def verify(
     accept_new_host_key: AcceptOpt = False,
     json_mode: JsonOpt = False,
     offline: OfflineOpt = False,
+    out: FormatOpt = "normal",
 ) -> None:
     """Static checks against each host, drift of the live server against the plan, and the live
     measurement with its gates (95 % intervals, stopping early once decided). Exit 1 when a gate fails."""
@@ -49,7 +51,7 @@ def verify(
     from specctl.flows.baseline import checked_mode
     from specctl.flows.verify import verify as verify_flow
 
-    output = command_output(ctx, json_mode)
+    output = command_output(ctx, json_mode or out == "json")
     mode = checked_mode(baseline_mode)
     report = static.check(profile, offline=offline)
     selected = selected_hosts(report.inputs.profile.hosts, hosts, inventory)
@@ -62,7 +64,7 @@ def verify(
         accept_new_host_key=accept_new_host_key,
     ) as rc:
         reports = verify_flow(rc, report, selected, baseline_mode=mode)
-    show_reports(output, reports, f"verify {report.inputs.profile.metadata.name}")
+    show_reports(output, reports, f"verify {report.inputs.profile.metadata.name}", wide=out == "wide")
     if not all(r.ok for r in reports):
         raise typer.Exit(HostError.exit_code)
     if not all(r.passed for r in reports):
@@ -127,6 +129,7 @@ def rollback(
     ssh_config: SshConfigOpt = None,
     accept_new_host_key: AcceptOpt = False,
     json_mode: JsonOpt = False,
+    out: FormatOpt = "normal",
 ) -> None:
     """Restart a stored release (default: the newest verified one that is not serving), switch
     `current` and verify it; a release that spans nodes comes back on every node rank at once. Exit 1
@@ -135,14 +138,14 @@ def rollback(
     from specctl.flows.rollback import rollback_hosts
     from specctl.ledger.ledger import Ledger, ledger_path
 
-    output = command_output(ctx, json_mode)
+    output = command_output(ctx, json_mode or out == "json")
     name, to_run, to_version, run_hosts = _rollback_choice(profile, to, Ledger(ledger_path(ledger), readonly=True))
     selected = selected_hosts(run_hosts, hosts, inventory)
     with recorded(
         output, ledger=ledger, reason=reason, ssh_config=ssh_config, accept_new_host_key=accept_new_host_key
     ) as rc:
         reports = rollback_hosts(rc, selected, name, to_run=to_run, to_version=to_version)
-    show_reports(output, reports, f"rollback {name}")
+    show_reports(output, reports, f"rollback {name}", wide=out == "wide")
     if not all(r.passed for r in reports):
         raise typer.Exit(CheckFailed.exit_code)
 

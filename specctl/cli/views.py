@@ -186,16 +186,23 @@ def reports_view(hosts: Sequence[Mapping[str, Any]]) -> RenderableType:
             if verdict and verdict.get("gates") is not None
             else Text(f"{r['host']}: {r['detail']}" + (f" (fix: {r['fix']})" if r.get("fix") else ""))
         )
-        if r.get("rolled_back_to"):
-            views.append(Text(f"{r['host']}: rolled back to {r['rolled_back_to']}"))
+        back = r.get("rolled_back_to")
+        if back and back != r.get("release"):  # a rollback's own verdict is the one above
+            views.append(Text(f"{r['host']}: rolled back to {back}"))
             views.append(verdict_view(r["host"], r.get("rollback_verdict")))
     return Group(*views)
 
 
-def show_reports(output: Output, reports: Sequence[HostReport], title: str) -> None:
-    """Every host's verdict for people, or the reports as JSON."""
+def show_reports(output: Output, reports: Sequence[HostReport], title: str, *, wide: bool = False, **data: Any) -> None:
+    """The reports as JSON (with `data`), or for people: each host's gates (one host, or `wide`),
+    then the recap."""
+    from specctl.cli.recap import recap_view
+
     hosts = [r.__dict__ for r in reports]
-    output.result({"title": title, "hosts": hosts}, reports_view(hosts))
+    recap = recap_view(hosts, title=title, width=output.out.width, wide=wide)
+    gates = [r for r in hosts if r.get("verdict") and r["verdict"].get("gates") is not None]
+    shown = Group(reports_view(gates), Text(""), recap) if gates and (wide or len(hosts) == 1) else recap
+    output.result({"title": title, **data, "hosts": hosts}, shown, fit=not wide)
 
 
 def baseline_view(rows: Sequence[Mapping[str, Any]]) -> RenderableType:
@@ -317,7 +324,35 @@ def _when(at: str) -> datetime:
 def _fixed(value: object, digits: int = 2, suffix: str = "") -> str:
     if not isinstance(value, (int, float)):
         return "-"
-    return (f"{value:.0f}" if abs(value) >= 100 else f"{value:.{digits}f}") + suffix
+    return f"{value:.{_decimals(value, digits)}f}{suffix}"
+
+
+def _decimals(value: float, digits: int) -> int:
+    return 0 if abs(value) >= 100 else digits
+
+
+def _figure(row: Mapping[str, Any], key: str, *, compact: bool, digits: int = 2, suffix: str = "") -> str:
+    """A figure of a run or host (`metrics` data) with its interval: `3.56 [3.50, 3.61]`, or where
+    `compact` and the interval is symmetric (accept length's and throughput's are: a ratio estimator
+    ± its half-width) `3.56±0.05`, which says the same in half the width; the estimate alone where
+    none was recorded, "-" where nothing was."""
+    import math
+
+    estimate = row.get(key)
+    iv = (row.get("intervals") or {}).get(key) or {}
+    low, high = iv.get("low"), iv.get("high")
+    text = _fixed(estimate, digits, suffix)
+    if (
+        not isinstance(estimate, (int, float))
+        or not isinstance(low, (int, float))
+        or not isinstance(high, (int, float))
+    ):
+        return text
+    places = _decimals(estimate, digits)
+    half = high - estimate
+    if compact and math.isfinite(half) and abs(half - (estimate - low)) <= 1e-6 * max(1.0, abs(estimate)):
+        return f"{_fixed(estimate, digits)}±{half:.{places}f}{suffix}"
+    return f"{text} [{low:.{places}f}, {high:.{places}f}]"
 
 
 def _result(row: Mapping[str, Any]) -> str:
@@ -328,13 +363,54 @@ def _result(row: Mapping[str, Any]) -> str:
     return "ok" if status == "succeeded" else status
 
 
+def _verdict(passed: object) -> str:
+    return "-" if passed is None else ("pass" if passed else "FAIL")
+
+
+def _host_rows(row: Mapping[str, Any], *, wide: bool) -> tuple[list[Mapping[str, Any]], int]:
+    """The hosts of a several-host run to show under it, and how many more agree with its figure.
+
+    `wide`: every host. Narrow: a host that FAILED, measured nothing, or whose accept length or
+    tok/s interval leaves out the run's pooled estimate; the rest are one count ("3 hosts agree"),
+    so a run of a hundred healthy hosts takes two lines and a bad host still shows. Where
+    the run has no pooled figure every host is shown: its own figures are all there is. A run that
+    measured nothing on any host and failed on none shows no hosts."""
+    hosts: list[Mapping[str, Any]] = list(row.get("per_host") or [])
+    if len(hosts) < 2:
+        return [], 0
+    measured = [h for h in hosts if any(h.get(k) is not None for k in (row.get("intervals") or {}))]
+    if not measured and all(h.get("passed") is not False for h in hosts):
+        return [], 0
+    if wide:
+        return hosts, 0
+    pooled = row.get("pooled") is not None and any(
+        row.get(k) is not None for k in ("accept_length", "output_tokens_per_s")
+    )
+
+    def agrees(h: Mapping[str, Any]) -> bool:
+        if not pooled or h.get("passed") is False or h not in measured:
+            return False
+        for key in ("accept_length", "output_tokens_per_s"):
+            iv = (h.get("intervals") or {}).get(key) or {}
+            if row.get(key) is None:
+                continue
+            if not isinstance(iv.get("low"), (int, float)) or not iv["low"] <= row[key] <= iv["high"]:
+                return False
+        return True
+
+    shown = [h for h in hosts if not agrees(h)]
+    return shown, len(hosts) - len(shown)
+
+
 def runs_view(
     rows: Sequence[Mapping[str, Any]], *, title: str, wide: bool, width: int, now: datetime, short: Mapping[str, str]
 ) -> RenderableType:
     """The ledger's runs (the data `runs --json` prints), one a line. Narrow: the short id (which
     `show`, `diff` and `rollback --to` take back), how long ago, kind, profile and version, the
-    verdict, accept length and tokens/s; columns go, least needed first, until the table fits the
-    terminal, and no cell is ever cut short. `wide`: every column, whole ids, absolute times."""
+    verdict, accept length and tokens/s with their intervals; columns go, least needed first, until
+    the table fits the terminal, and no cell is ever cut short. `wide`: every column, whole ids,
+    absolute times. A run measured on several hosts shows its pooled figures, and under it its
+    hosts (`_host_rows` says which), each with its own."""
     from rich import box
     from rich.table import Table
 
@@ -354,6 +430,21 @@ def runs_view(
         return f"{row['profile']} v{row['version']}" if row.get("profile") else "-"
 
     whole = {r["id"]: r["id"] for r in rows}
+    compact = not wide
+    figures: list[tuple[str, Callable[[Mapping[str, Any]], str]]] = (
+        [
+            ("accept len", lambda r: _figure(r, "accept_length", compact=compact)),
+            ("acceptance", lambda r: _figure(r, "acceptance_rate", compact=compact)),
+            ("tok/s", lambda r: _figure(r, "output_tokens_per_s", compact=compact)),
+            ("speedup", lambda r: _figure(r, "speedup", compact=compact, suffix="x")),
+            ("TTFT s", lambda r: _figure(r, "ttft_s", compact=compact, digits=3)),
+        ]
+        if wide
+        else [
+            ("accept", lambda r: _figure(r, "accept_length", compact=compact)),
+            ("tok/s", lambda r: _figure(r, "output_tokens_per_s", compact=compact)),
+        ]
+    )
     columns: list[tuple[str, Callable[[Mapping[str, Any]], str]]] = (
         [
             ("run", lambda r: str(r["id"])),
@@ -361,12 +452,8 @@ def runs_view(
             ("profile", profile),
             ("hosts", lambda r: ",".join(r["hosts"]) or "-"),
             ("status", lambda r: str(r["status"])),
-            ("verdict", lambda r: "-" if r.get("passed") is None else ("pass" if r["passed"] else "FAIL")),
-            ("accept len", lambda r: _fixed(r.get("accept_length"))),
-            ("acceptance", lambda r: _fixed(r.get("acceptance_rate"))),
-            ("tok/s", lambda r: _fixed(r.get("output_tokens_per_s"))),
-            ("speedup", lambda r: _fixed(r.get("speedup"), suffix="x")),
-            ("TTFT s", lambda r: _fixed(r.get("ttft_s"), 3)),
+            ("verdict", lambda r: _verdict(r.get("passed"))),
+            *figures,
             ("started (UTC)", when),
             ("took", took),
         ]
@@ -377,12 +464,22 @@ def runs_view(
             ("kind", lambda r: kind(r, short)),
             ("profile", profile),
             ("result", _result),
-            ("accept", lambda r: _fixed(r.get("accept_length"))),
-            ("tok/s", lambda r: _fixed(r.get("output_tokens_per_s"))),
+            *figures,
         ]
     )
-    cells = [[show(r) for _, show in columns] for r in rows]
     names = [name for name, _ in columns]
+    host_column = "hosts" if wide else "profile"  # a host's name sits under its run's
+    cells = []
+    for r in rows:
+        cells.append([show(r) for _, show in columns])
+        shown, agreeing = _host_rows(r, wide=wide)
+        for h in shown:
+            mine = {host_column: f"└ {h['host']}", ("verdict" if wide else "result"): _verdict(h.get("passed"))}
+            mine |= {name: show(h) for name, show in figures}
+            cells.append([mine.get(name, "") for name in names])
+        if agreeing:
+            label = f"└ {agreeing} {'more ' if shown else ''}" + ("hosts agree" if agreeing > 1 else "host agrees")
+            cells.append([label if name == host_column else "" for name in names])
     if not wide:
         for dropped in ("when", "tok/s", "accept"):  # least needed first
             widths = [max([len(n), *(len(row[i]) for row in cells)]) for i, n in enumerate(names)]
@@ -406,19 +503,110 @@ def _value(value: object) -> str:
     return f"{value:.4g}" if isinstance(value, float) else json.dumps(value)
 
 
+def _measured_text(estimate: object, interval: Mapping[str, Any] | None) -> str:
+    """A diffed measurement: its estimate to three significant digits and its interval to as many
+    decimals, "-" where none."""
+    import math
+
+    if not isinstance(estimate, (int, float)):
+        return "-"
+    places = max(0, 2 - math.floor(math.log10(abs(estimate)))) if estimate else 2
+    low, high = (interval or {}).get("low"), (interval or {}).get("high")
+    if isinstance(low, (int, float)) and isinstance(high, (int, float)):
+        return f"{estimate:.{places}f} [{low:.{places}f}, {high:.{places}f}]"
+    return f"{estimate:.{places}f}"
+
+
 def diff_view(a: str, b: str, changes: Mapping[str, Any]) -> RenderableType:
     """What differs between two runs (the data `diff --json` prints): profile fields, capture, host
-    facts and measurements side by side, then the launch command's changed arguments."""
+    facts and measurements side by side (the runs named once, above, as a and b, so values keep the
+    width), then the launch command's changed arguments. Measurements carry their intervals: the
+    run's figure (pooled where several hosts measured), then each host both runs have."""
     from rich.table import Table
 
-    views: list[RenderableType] = []
-    for section in ("profile", "capture", "facts", "measurements"):
-        table = Table("field", a, b, title=section, title_justify="left")
+    views: list[RenderableType] = [Text(f"a  {a}\nb  {b}")]
+    for section in ("profile", "capture", "facts"):
+        table = Table("field", "a", "b", title=section, title_justify="left")
         for row in changes[section]:
             table.add_row(row["field"], _value(row["a"]), _value(row["b"]))
         views.append(table if changes[section] else Text(f"{section}: no difference"))
+    measured = [r for r in changes["measurements"] if r["a"] is not None or r["b"] is not None]
+    by_host = any(r.get("host") for r in measured)
+    table = Table(
+        "measured (95% intervals)",
+        "a",
+        "b",
+        title="measurements: per host both runs have, then pooled" if by_host else "measurements",
+        title_justify="left",
+        box=None,
+        pad_edge=False,
+    )
+    group: object = False
+    for row in measured:
+        if by_host and row.get("host") != group:  # per host, then the runs' pooled figures
+            group = row.get("host")
+            table.add_row(Text(str(group or "pooled"), style="bold"), "", "")
+        table.add_row(
+            ("  " if by_host else "") + row["field"],
+            _measured_text(row["a"], row.get("a_interval")),
+            _measured_text(row["b"], row.get("b_interval")),
+        )
+    views.append(table if measured else Text("measurements: none in either run"))
     for c in changes["commands"]:
         views.append(Text(f"command, node {c['node']}:\n  " + "\n  ".join(c["changed"])))
     if not changes["commands"]:
         views.append(Text("commands: no difference"))
     return Group(*views)
+
+
+_POOLED_ROWS = (
+    ("accept length", "accept_length"),
+    ("acceptance rate", "acceptance_rate"),
+    ("output tok/s per request", "output_tokens_per_s"),
+    ("decode tok/s", "decode_tokens_per_s"),
+    ("speedup (output tok/s)", "speedup"),
+    ("TTFT s", "ttft_s"),
+    ("inter-token s", "inter_token_latency_s"),
+)
+
+
+def pooled_view(pooled: Mapping[str, Any], gates: Sequence[Mapping[str, Any]]) -> RenderableType:
+    """A several-host run's requests pooled (`history.pool_run`): per operating point each figure
+    with its interval beside the gate the hosts were held to (`gates`: one host's verdict gates),
+    the hosts' summed total tok/s, and what was not pooled."""
+    from rich.table import Table
+
+    points = pooled["points"]
+    several = len(points) > 1
+    first = points[0]["summary"] if points else None
+    table = Table(
+        "measured",
+        "pooled",
+        "interval (95 % over all points)" if several else "95% interval",
+        "gate",
+        title=f"pooled over {', '.join(pooled['hosts'])}"
+        + (f"  ({first['requests']} requests)" if first and not several else ""),
+        title_justify="left",
+    )
+    for point in points:
+        c, summary = point["concurrency"], point["summary"]
+        at = f" @{c}" if several else ""
+        if summary is None:
+            table.add_row(f"every figure{at}", "-", "not pooled", "-")
+            continue
+        for label, key in _POOLED_ROWS:
+            iv = summary.get(key)
+            if not isinstance(iv, dict):
+                continue
+            if key == "acceptance_rate" and summary.get("acceptance_rate_per") == "draft-tree node":
+                label = "acceptance rate per tree node"
+            gate = next((g for g in gates if g["name"] == key and g.get("concurrency") in (None, c)), None)
+            table.add_row(
+                f"{label}{at}",
+                _num(iv["estimate"]),
+                f"[{_num(iv['low'])}, {_num(iv['high'])}] {iv.get('kind', '')}",
+                f"{gate['op']} {gate['threshold']}" if gate else "-",
+            )
+        table.add_row(f"[dim]total tok/s, summed{at}[/]", _num(summary.get("wall_tokens_per_s")), "-", "-")
+    notes = [Text(f"  {note}") for note in pooled["notes"]]
+    return Group(table, *notes)

@@ -121,6 +121,7 @@ def watch(
         secrets=report.inputs.profile.secrets,
         ssh_config=ssh_config,
         accept_new_host_key=accept_new_host_key,
+        live=False,  # its windows print as they come: no lines that change in place beside them
     ) as rc:
         status = watch_flow(rc, report, selected, opts, on_window=shown)
     if once and windows:

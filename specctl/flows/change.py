@@ -103,7 +103,7 @@ class Change:
         return [
             Step("preflight", lambda: preflight(self)),
             *([Step("stage", lambda: stage(self))] if self.checkpoints else []),
-            Step("materialise", lambda: materialise(self)),
+            *([Step("materialise", lambda: materialise(self))] if self.files is not None else []),
             Step("stop-previous", lambda: stop_previous(self)),
             Step("start", lambda: start(self)),
             Step("ready", lambda: ready(self)),
@@ -131,7 +131,6 @@ def preflight(c: Change) -> None:
     """Everything that can be learnt without touching what runs."""
     s = c.session
     t = s.transport
-    s.progress("preflight")
     look, facts = (
         s.platform.survey_command(s.base),
         host_facts.command(python=c.python, root=s.root, port=c.port, distribution=c.distribution),
@@ -179,7 +178,7 @@ def stage(c: Change) -> None:
     c.staged = {x.repo: x for x in done}
     fetched = sum(x.fetched for x in done)
     unverified = [x for x in done if not x.verified]
-    s.progress(
+    s.note(
         f"staged {len(done)} checkpoint(s)"
         + (f", fetched {staging.size_text(fetched)}" if fetched else ", nothing to fetch")
         + "".join(f"; {x.repo}: content unverified ({x.unverified})" for x in unverified)
@@ -192,10 +191,7 @@ def stage(c: Change) -> None:
 
 def materialise(c: Change) -> None:
     """Write the release directory whole (a failed write leaves no part of it)."""
-    if c.files is None:
-        return
-    c.session.progress("writing release")
-    assert c.facts is not None
+    assert c.facts is not None and c.files is not None
     files = c.files(c.staged) if callable(c.files) else c.files
     rel.materialize(c.release, {**files, "host-facts.json": (host_facts.to_json(c.facts).encode(), 0o644)})
 
@@ -210,11 +206,10 @@ def stop_previous(c: Change) -> Undo | None:
         keep = {c.previous, c.release.run_id} & set(c.running)
         strays = [run_id for run_id in c.running if run_id not in keep]
         if strays:
-            s.progress(f"stopping {len(strays)} server(s) no release is current for")
+            s.note(f"stopping {len(strays)} server(s) no release is current for")
             for run_id in strays:
                 s.platform.stop(s.release(run_id))
         return None
-    s.progress("stopping the running server")
     for profile in c.clear or (s.profile,):
         stopped = s.platform.stop_running(s.root, profile)
         if profile == s.profile:
@@ -229,7 +224,7 @@ def restore(s: HostSession, run_id: str) -> None:
     """Start a release that `current` names again and wait for it within its own budget (a signal
     asks to be quick: then it is started, not waited for)."""
     release = s.release(run_id)
-    s.progress(f"restoring {run_id}")
+    s.note(f"restoring {run_id}")
     budget = rel.startup_budget(release, STARTUP_BUDGET_S)
     handle = s.platform.start(release, confirm_within_s=budget + CONFIRM_MARGIN_S, env=s.ctx.secrets_env)
     if s.ctx.cancel.cancelled:
@@ -262,7 +257,8 @@ def start(c: Change) -> Undo | None:
                 host=s.name,
                 fix="free the port, or set engine.port to another one",
             )
-    s.progress("starting" if s.platform.on_host else "submitting")
+    if not s.platform.on_host:
+        s.progress("submitting the job")
     c.release.update_record(life="pending")  # before the start: a write lost with the host leaves nothing started
     c.handle = s.platform.start(c.release, confirm_within_s=c.budget_s + CONFIRM_MARGIN_S, env=s.ctx.secrets_env)
     return lambda: _stop(c)
@@ -281,7 +277,7 @@ def _record_life(s: HostSession, release: rel.Release, life: Life) -> None:
     try:
         release.update_record(life=life)
     except HostError as exc:
-        s.progress(f"could not record {release.run_id} as {life}: {exc.message}")
+        s.note(f"could not record {release.run_id} as {life}: {exc.message}")
 
 
 def ready(c: Change) -> None:

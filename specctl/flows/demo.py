@@ -269,7 +269,14 @@ def run_demo(
     ledger_file = workdir / "ledger.db"
     [host] = resolve_hosts([LOCAL], inventory)
     result = DemoResult(str(workdir), str(ledger_file), str(inventory), {"v1": str(v1), "v2": str(v2)})
-    ctx = Context(Ledger(ledger_file), "specctl demo", budget_s=STARTUP_BUDGET_S, cancel=cancel, on_progress=progress)
+    ctx = Context(
+        Ledger(ledger_file),
+        "specctl demo",
+        budget_s=STARTUP_BUDGET_S,
+        cancel=cancel,
+        on_progress=progress,
+        on_note=progress,
+    )
 
     def step(name: str, command: str, data: dict[str, Any]) -> None:
         done = DemoStep(name, command, data)

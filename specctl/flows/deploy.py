@@ -134,7 +134,7 @@ class Deploy:
             return self.failed(session, change, failure)
         assert change is not None
         if not keep or ctx.cancel.cancelled:
-            session.progress(
+            session.note(
                 "rolling back: "
                 + ("stopped by a signal" if ctx.cancel.cancelled else f"{len(self.policy.failed)} host(s) failed")
             )
@@ -244,7 +244,7 @@ class Deploy:
         if previous is None:
             result.detail += "; verify FAILED and no release served before this deploy: it keeps serving"
             return
-        session.progress(f"verify failed: restoring {previous}, which served before")
+        session.note(f"verify failed: restoring {previous}, which served before")
         try:
             back = rollback(
                 self.ctx, session.spec, session.profile, to_run=previous, parent=self.rec.run_id, report=self.report
@@ -272,7 +272,7 @@ class Deploy:
             return
         (previous,) = before
         assert previous is not None
-        self.ctx.session(hosts[0], self.plan_name).progress(f"verify failed: restoring {previous} on every node rank")
+        self.ctx.session(hosts[0], self.plan_name).note(f"verify failed: restoring {previous} on every node rank")
         try:
             back = rollback_nodes(
                 self.ctx, hosts, self.plan_name, to_run=previous, parent=self.rec.run_id, report=self.report
@@ -361,7 +361,7 @@ def deploy(
             for error in group.errors.values():
                 raise error
             ctx.cancel.check()
-            reports = {h: group.results[h] for h in group.results}
+            reports = {h: group.results[h].timed(group.seconds.get(h)) for h in group.results}
             if nnodes > 1:  # one server: node rank 0's verdict is every node's
                 if run_verify and all(r.ok for r in reports.values()):
                     flow.restore_nodes(hosts, reports)

@@ -30,8 +30,9 @@ class Recorder:
         """The step-boundary sink of one host: each boundary is a ledger row, and a line of progress."""
 
         def emit(step: str, event: str, detail: str | None) -> None:
+            self.ctx.on_event(host, {"event": "step", "step": step, "state": event, "detail": detail})
             if event in ("failed", "undone", "undo-failed"):
-                self.ctx.on_progress(host, f"{step} {event}" + (f": {detail}" if detail else ""))
+                self.ctx.on_note(host, f"{step} {event}" + (f": {detail}" if detail else ""))
             self.ctx.ledger.record_event(self.run_id, host, step, event, detail)
 
         return emit
@@ -69,7 +70,7 @@ class Recorder:
             try:
                 session.transport.put(*copy)
             except HostError as exc:
-                session.progress(f"could not keep a copy of run {self.run_id}: {error_text(exc)}")
+                session.note(f"could not keep a copy of run {self.run_id}: {error_text(exc)}")
 
     def keep_all(self, kept: Sequence[tuple[HostSession, str | None]]) -> None:
         """`keep` on every host at once, each session's hold ending in the same round trip (one

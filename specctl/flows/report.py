@@ -22,6 +22,11 @@ class HostReport:
     log_tail: tuple[str, ...] = ()
     rolled_back: bool = False  # taken back by the failure policy (too many hosts failed to start)
     fix: str | None = None  # what to do about a failure, when the error says
+    seconds: float | None = None  # how long the host's part of the flow took, start to end
+
+    def timed(self, seconds: float | None) -> HostReport:
+        self.seconds = round(seconds, 2) if seconds is not None else None
+        return self
 
     @property
     def passed(self) -> bool:

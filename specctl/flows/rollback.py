@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Sequence
+from time import monotonic
 from typing import Any
 
 from specctl.errors import HostError, InputError
@@ -107,9 +108,7 @@ def rollback(
             try:
                 retire(session, chosen.run_id)  # a cluster's job that replaced it stops now that it is current again
             except HostError as exc:
-                session.progress(
-                    f"the servers of the releases after {chosen.run_id} could not be stopped: {exc.message}"
-                )
+                session.note(f"the servers of the releases after {chosen.run_id} could not be stopped: {exc.message}")
             verdict = verify_and_record(
                 rec, session, chosen.run_id, report=report, baseline_mode=_baseline_mode(report, docs.summary)
             )
@@ -159,7 +158,11 @@ def rollback_hosts(
         )
         if head.docs(chosen.run_id).profile.parallel.nnodes > 1:
             return rollback_nodes(ctx, hosts, profile, to_run=chosen.run_id)
-    return [rollback(ctx, host, profile, to_run=to_run, to_version=to_version) for host in hosts]
+    reports = []
+    for host in hosts:
+        began = monotonic()
+        reports.append(rollback(ctx, host, profile, to_run=to_run, to_version=to_version).timed(monotonic() - began))
+    return reports
 
 
 def rollback_nodes(
@@ -248,7 +251,7 @@ def rollback_nodes(
     rec.keep_all([(s, to_run) for s in sessions])
     out = []
     for h in hosts:
-        r = reports[h.name]
+        r = reports[h.name].timed(group.seconds.get(h.name))
         if r.ok:
             r.detail = f"rolled back from {current} to {to_run}" + ("" if passed else " (its verify FAILED too)")
             r.verdict = r.rollback_verdict = verdict.to_dict() if verdict else None

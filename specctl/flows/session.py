@@ -34,8 +34,9 @@ class Context:
     secrets_env: dict[str, str] = field(default_factory=dict)
     budget_s: float = STARTUP_BUDGET_S
     cancel: CancelToken = NEVER
-    on_progress: Callable[[str, str], None] = lambda host, text: None
-    on_event: Callable[[str, dict[str, Any]], None] = lambda host, event: None  # structured progress (--json)
+    on_progress: Callable[[str, str], None] = lambda host, text: None  # what a host is doing now: passes
+    on_note: Callable[[str, str], None] = lambda host, text: None  # what must be said once and stay said
+    on_event: Callable[[str, dict[str, Any]], None] = lambda host, event: None  # structured progress
     stage_slots: threading.BoundedSemaphore = field(default_factory=lambda: threading.BoundedSemaphore(STAGE_PARALLEL))
     offline: bool = False  # staging asks no Hub: what a host's cache holds is staged, content unverified
 
@@ -111,7 +112,16 @@ class HostSession:
         return self._docs[run_id]
 
     def progress(self, text: str) -> None:
+        """What the host is doing now, replaced by the next (a request counter, a readiness phase)."""
         self.ctx.on_progress(self.name, text)
+
+    def note(self, text: str) -> None:
+        """Something a person must read even after the command ends (a lock taken over, a restore)."""
+        self.ctx.on_note(self.name, text)
+
+    def stage(self, name: str) -> None:
+        """A stage of the host's work began (the steps of a change are stages of their own)."""
+        self.ctx.on_event(self.name, {"event": "step", "step": name, "state": "began"})
 
     def hold(self, run_id: str) -> None:
         """Take the profile's host lock, or share the hold of an outer flow (a rollback inside a
@@ -124,7 +134,7 @@ class HostSession:
                 own_root=self.platform.machine_root,
             )
             if stale is not None:
-                self.progress(f"took over the lock of {lock.describe(stale)}")
+                self.note(f"took over the lock of {lock.describe(stale)}")
         self._lock_depth += 1
 
     @property

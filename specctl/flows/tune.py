@@ -227,7 +227,7 @@ class Search:
             checkpoints=profile_checkpoints(p, baseline=False),
             stage_env=host_env(p.engine.env, session.spec.hf_home),
         )
-        session.progress(f"candidate {index + 1}/{self.elimination.candidates}: {candidate.key}")
+        session.stage(f"candidate {index + 1}/{self.elimination.candidates}: {candidate.key}")
         try:
             Walk(self._events(candidate), before=self.ctx.cancel.check).run(change.steps())
             _mark_candidate(release, self.rec.run_id)
@@ -361,7 +361,7 @@ def give_back(ctx: Context, session: HostSession, original: str | None, events: 
         restore(session, original)
         return
     change = Change.stored(session, original)
-    session.progress(f"giving the host back to {original}")
+    session.note(f"giving the host back to {original}")
     Walk(lambda step, event, detail: events(f"{step} [give back]", event, detail)).run(change.steps())
 
 

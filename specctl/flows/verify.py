@@ -114,6 +114,7 @@ def verify_release(session: HostSession, run_id: str, *, baseline: tuple[str, Ba
     verdict = HostVerdict(
         t.name, run_id, profile.metadata.name, profile.metadata.version, baseline_run=baseline[0] if baseline else None
     )
+    session.stage("verify")
     session.progress("host facts")
     allocated = session.platform.facts(session.release(run_id))  # a job's own machine, where the platform knows it
     facts = (
@@ -248,9 +249,11 @@ def verify(
                     v = group.results[h.name]
                     reports[h.name] = HostReport(
                         h.name, True, v.release, "passed" if v.passed else "FAILED", v.to_dict()
-                    )
+                    ).timed(group.seconds.get(h.name))
                 else:
-                    reports[h.name] = HostReport(h.name, False, None, error_text(group.errors[h.name]))
+                    reports[h.name] = HostReport(h.name, False, None, error_text(group.errors[h.name])).timed(
+                        group.seconds.get(h.name)
+                    )
             rec.outcome.status = "succeeded" if all(r.passed for r in reports.values()) else "failed"
             rec.outcome.verdict = {
                 "passed": rec.outcome.status == "succeeded",

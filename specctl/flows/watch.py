@@ -426,7 +426,7 @@ def watch(
         start = time.time()
         due = start + opts.window_s
         for hw in watchers.values():
-            hw.session.progress(
+            hw.session.note(
                 f"looking every {opts.step_s:g} s; "
                 + ("one window" if opts.once else f"a verdict every {opts.interval_s:g} s over the last")
                 + f" {opts.window_s:g} s, the first at {_iso(due)}"

@@ -80,17 +80,22 @@ def ledger(tmp_path: Path) -> tuple[str, list[str]]:
     return str(path), seed_story(path)
 
 
-def test_runs_fit_80_columns_without_cutting_a_cell(
-    cli: Any, ledger: tuple[str, list[str]], monkeypatch: pytest.MonkeyPatch
-) -> None:
+def runs_at_80(cli: Any, path: str, monkeypatch: pytest.MonkeyPatch) -> tuple[list[str], int]:
+    """`runs` at 80 columns: its lines, none longer nor a cell cut short, and where the header is."""
     monkeypatch.setenv("COLUMNS", "80")
-    path, ids = ledger
     result = cli("runs", "--ledger", path)
     assert result.code == 0, result.stderr
     lines = result.stdout.splitlines()
     assert "…" not in result.stdout and all(len(line) <= 80 for line in lines)
+    return lines, next(i for i, line in enumerate(lines) if line.startswith("run "))
+
+
+def test_runs_fit_80_columns_without_cutting_a_cell(
+    cli: Any, ledger: tuple[str, list[str]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path, ids = ledger
+    lines, start = runs_at_80(cli, path, monkeypatch)
     assert "".join(lines).startswith(f"runs ({path})")  # the ledger read first (folded when its path is long)
-    start = next(i for i, line in enumerate(lines) if line.startswith("run "))
     assert lines[start].split() == ["run", "when", "kind", "profile", "result", "accept", "tok/s"]
     rows = [line.split() for line in lines[start + 1 :]]
     assert [r[0] for r in rows] == [i[-6:] for i in ids]  # short ids: the random suffix
@@ -244,3 +249,97 @@ def test_operating_points_are_charted_compared_and_shown(cli: Any, tmp_path: Pat
     assert "speedup @16" in plot and "output tok/s @1" in plot
     shown = cli("show", ids[1], "--ledger", str(path)).stdout
     assert "speedup @16" in shown and "FAIL" in shown
+
+
+@pytest.fixture
+def fleet(tmp_path: Path) -> tuple[str, list[str]]:
+    """Three runs on gpu-node-07 and gpu-node-08, recorded as verify records them: both hosts alike;
+    gpu-node-08 failing its gate; gpu-node-08 recorded without its requests (an older ledger)."""
+    from tests.ledger.test_pooled import record, record_baseline, requests
+
+    path = tmp_path / "ledger.db"
+    book = Ledger(path)
+    base = requests(1.0, 40.0, seed=3)
+    record_baseline(book, "20261201T080000Z-b0b0b0", "gpu-node-07", base)
+    bases = {h: ("20261201T080000Z-b0b0b0", base) for h in ("gpu-node-07", "gpu-node-08")}
+    alike = requests(3.5, 50.0, seed=1)
+    ids = ["20261201T090000Z-a0a0a1", "20261201T100000Z-a0a0a2", "20261201T110000Z-a0a0a3"]
+    record(book, ids[0], {"gpu-node-07": alike, "gpu-node-08": alike}, kind="deploy", baselines=bases)
+    failing = {"gpu-node-07": requests(3.5, 50.0, seed=5), "gpu-node-08": requests(2.0, 35.0, seed=6)}
+    record(book, ids[1], failing, kind="deploy", baselines=bases)
+    two = {"gpu-node-07": requests(3.5, 50.0, seed=1), "gpu-node-08": requests(3.55, 52.0, seed=2)}
+    record(book, ids[2], two, summary_only=("gpu-node-08",))
+    book.close()
+    return str(path), ids
+
+
+def test_several_hosts_show_the_pooled_figure_and_the_hosts_that_differ(
+    cli: Any, fleet: tuple[str, list[str]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path, ids = fleet
+    lines, start = runs_at_80(cli, path, monkeypatch)
+    assert lines[start].split() == ["run", "when", "kind", "profile", "result", "accept", "tok/s"]
+    rows = [line.split() for line in lines[start + 2 :]]  # the baseline first
+    # alike hosts: the pooled figure (±, its interval's half-width) and how many hosts agree with it
+    assert rows[0][0] == "a0a0a1" and rows[0][-3] == "pass" and "±" in rows[0][-2] and "±" in rows[0][-1]
+    assert rows[1] == ["└", "2", "hosts", "agree"]
+    # a failing host: the pooled figure, then each host that failed or whose interval leaves it out
+    assert rows[2][0] == "a0a0a2" and rows[2][-3] == "FAIL"
+    assert rows[3][:3] == ["└", "gpu-node-07", "pass"] and rows[4][:3] == ["└", "gpu-node-08", "FAIL"]
+    assert float(rows[4][3].split("±")[0]) < float(rows[2][-2].split("±")[0]) < float(rows[3][3].split("±")[0])
+    # a host recorded without its requests: no pooled figure, each host's own
+    assert rows[5][0] == "a0a0a3" and rows[5][-2:] == ["-", "-"]
+    assert [r[:3] for r in rows[6:8]] == [["└", "gpu-node-07", "pass"], ["└", "gpu-node-08", "pass"]]
+    assert all("±" in r[3] for r in rows[6:8]) and len(rows) == 8
+
+
+def test_several_hosts_wide_lists_every_host_with_its_interval(
+    cli: Any, fleet: tuple[str, list[str]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("COLUMNS", "80")
+    path, ids = fleet
+    out = cli("runs", "--ledger", path, "-o", "wide").stdout
+    assert out.count("└ gpu-node-07") == 3 and out.count("└ gpu-node-08") == 3
+    line = next(line for line in out.splitlines() if ids[0] in line)
+    assert "gpu-node-07,gpu-node-08" in line and "x [" in line  # the pooled speedup, with its interval
+
+
+def test_several_hosts_json_has_pooled_and_per_host_figures(cli: Any, fleet: tuple[str, list[str]]) -> None:
+    path, ids = fleet
+    runs = {r["id"]: r for r in cli("--json", "runs", "--ledger", path).json()["runs"]}
+    alike = runs[ids[0]]
+    assert alike["pooled"]["hosts"] == ["gpu-node-07", "gpu-node-08"]
+    assert alike["accept_length"] == alike["intervals"]["accept_length"]["estimate"]
+    assert alike["intervals"]["accept_length"]["n"] == 48 and alike["speedup"] is not None
+    assert [h["host"] for h in alike["per_host"]] == ["gpu-node-07", "gpu-node-08"]
+    assert all(h["intervals"]["accept_length"]["n"] == 24 for h in alike["per_host"])
+    unknown = runs[ids[2]]
+    assert unknown["accept_length"] is None and all(h["accept_length"] for h in unknown["per_host"])
+    assert "not its requests" in unknown["pooled"]["notes"][0]
+
+
+def test_show_and_diff_of_several_hosts(
+    cli: Any, fleet: tuple[str, list[str]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("COLUMNS", "80")
+    path, ids = fleet
+    shown = cli("show", ids[1][-6:], "--ledger", path)
+    assert shown.code == 0 and all(len(line) <= 80 for line in shown.stdout.splitlines())
+    out = shown.stdout
+    assert out.index("gpu-node-07: tiny-llama-demo") < out.index("gpu-node-08: tiny-llama-demo")
+    assert out.index("gpu-node-08: tiny-llama-demo") < out.index("pooled over gpu-node-07, gpu-node-08  (48 requests)")
+    assert "speedup (output tok/s)" in out and "total tok/s, summed" in out
+    data = cli("--json", "show", ids[1][-6:], "--ledger", path).json()
+    assert data["pooled"]["points"][0]["summary"]["requests"] == 48
+    assert cli("--json", "show", "b0b0b0", "--ledger", path).json()["pooled"] is None  # one host
+
+    diff = cli("diff", ids[0][-6:], ids[1][-6:], "--ledger", path)
+    assert diff.code == 0 and all(len(line) <= 80 for line in diff.stdout.splitlines())
+    lines = [line.rstrip() for line in diff.stdout.splitlines()]
+    assert [line for line in lines if line in ("gpu-node-07", "gpu-node-08", "pooled")] == [
+        "gpu-node-07",
+        "gpu-node-08",
+        "pooled",
+    ]
+    pooled = lines[lines.index("pooled") + 1].split()
+    assert pooled[0] == "accept_length" and pooled[2].startswith("[") and pooled[5].startswith("[")

@@ -582,11 +582,11 @@ def launches_a_real_engine(launch: Path) -> str | None:
     import shlex
 
     try:
-        text = launch.read_text()
+        text = "\n" + launch.read_text()
     except OSError:
         return None
-    line = next((ln for ln in text.splitlines() if ln.startswith("exec ")), "")
-    words = shlex.split(line)[1:]
+    start = text.find("\nexec ")  # the script's last command, over its ` \\` continuation lines
+    words = shlex.split(text[start:].replace(" \\\n", " "))[1:] if start >= 0 else []
     if len(words) < 3 or words[1] != "-m" or words[2] not in (SERVER_MODULE, "sglang.launch_server"):
         return None
     try:

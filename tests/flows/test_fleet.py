@@ -253,3 +253,33 @@ def test_multi_node_profile_on_two_hosts(cli: Any, fleet: dict[str, Any], fake_h
         assert status["h0"]["healthy"] and status["h1"]["running"]  # rank 1 serves no HTTP
     finally:
         cli("stop", str(multi), *fleet["common"])
+
+
+def test_without_a_terminal_each_host_says_each_stage_once_and_the_deploy_ends_with_one_recap(
+    cli: Any, fleet: dict[str, Any]
+) -> None:
+    result = cli("deploy", *BUDGET, fleet["v1"])
+    assert result.code == 0, result.stdout + result.stderr
+    stages = [
+        "preflight",
+        "writing the release",
+        "stopping the running server",
+        "starting",
+        "waiting until it serves",
+        "switching current",
+        "verifying",
+    ]
+    lines = result.stderr.splitlines()
+    for host in HOSTS:  # in order, once each: no request counters, no phase repeated
+        assert [line.removeprefix(f"{host}: ") for line in lines if line.startswith(f"{host}: ")] == stages
+    assert len(lines) == len(HOSTS) * len(stages)
+    out = result.stdout.splitlines()
+    assert out[0] == "deploy tiny-llama-demo v1" and out[1].split()[:3] == ["host", "release", "state"]
+    assert [row.split()[0] for row in out[2:]] == list(HOSTS)  # one recap row per host, nothing else
+    assert all("serving" in row and "pass" in row for row in out[2:])
+    events = [json.loads(line) for line in cli("--json", "deploy", *BUDGET, fleet["v1"]).stderr.splitlines()]
+    began = [(e["host"], e["step"]) for e in events if e["event"] == "step" and e["state"] == "began"]
+    assert sorted(began) == sorted((h, s) for h in HOSTS for s in (*STEPS, "verify"))
+
+
+STEPS = ("preflight", "materialise", "stop-previous", "start", "ready", "switch")

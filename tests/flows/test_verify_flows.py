@@ -225,3 +225,27 @@ def test_a_first_deploy_that_fails_verify_has_nothing_to_restore(cli: Any, local
     [host] = first.json()["hosts"]
     assert not host["rolled_back_to"] and "no release served before this deploy" in host["detail"]
     assert link(local) == host["release"]
+
+
+def test_for_people_one_hosts_gates_then_the_recap_and_a_rollback_says_its_verdict_once(
+    cli: Any, local: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("COLUMNS", "80")
+    first = cli("deploy", local["v1"])
+    assert first.code == 0, first.stdout + first.stderr
+    second = cli("deploy", local["v2"], "--skip-check")
+    assert second.code == 4, second.stdout + second.stderr
+    good, bad = (r["id"].rsplit("-", 1)[1] for r in cli("--json", "runs", "--kind", "deploy").json()["runs"])
+    out = second.stdout.splitlines()
+    assert all(len(line) <= 80 for line in out), second.stdout
+    recap = out[out.index("deploy tiny-llama-demo v2") :]
+    header, failed, again = (line.split() for line in recap[1:4])
+    assert header == ["host", "release", "state", "accept", "length", "speedup", "verdict", "time"]
+    assert failed[:4] == ["local", bad, "rolled", "back"] and failed[-3:-2] == ["FAIL"]
+    assert again[:3] == [good, "serving", "again"] and again[-1] == "pass"
+    assert any(line.startswith("local: accept_length ") and line.endswith(": FAIL") for line in recap), recap
+    # the failing release's gates and the restored one's, each once, above the recap
+    assert second.stdout.count("local: tiny-llama-demo v2 release") == 1
+    assert second.stdout.count("local: tiny-llama-demo v1 release") == 1
+    back = cli("rollback", local["v1"], "--to", bad)
+    assert back.stdout.count("local: tiny-llama-demo v") == 1, back.stdout  # its verdict once

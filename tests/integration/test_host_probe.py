@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from specctl.flows import static
-from specctl.flows.host_probe import probe_fleet
+from specctl.flows.host_probe import probe_cache, probe_fleet
 from specctl.hosts.ssh import ssh_transport
 from specctl.hosts.ssh_destination import SshOptions, resolve
 from tests.integration.sshd import SshLab
@@ -74,7 +74,7 @@ def test_one_probe_per_build_and_the_patched_host_is_named(
     lab.stop_sshd(host)
     lab.start_sshd(host)
     try:
-        cache = tmp_path / "probes"
+        cache = probe_cache()  # this machine's cache (under the test's own XDG_CACHE_HOME): the commands' too
         fleet = probe_fleet(inputs, transports, sglang_python, cache=cache)
         assert fleet.builds["h0"] == fleet.builds["h1"] != fleet.builds["h2"]
         assert fleet.builds["h0"].version == fleet.builds["h2"].version == "0.5.23"  # same version, another build
@@ -107,6 +107,7 @@ def test_one_probe_per_build_and_the_patched_host_is_named(
         assert refused.code == 1 and "host-engines-disagree" in refused.stderr and "h2" in refused.stderr, (
             refused.stderr
         )
+        assert len(list(cache.iterdir())) == 2  # the commands asked the same of the same builds: no probe of their own
     finally:
         host.binds = {}
         lab.stop_sshd(host)

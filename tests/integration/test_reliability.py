@@ -18,7 +18,9 @@ from typing import Any
 import pytest
 import yaml
 
+from specctl.flows import change
 from specctl.flows.demo import write_inputs
+from specctl.hosts import _ssh_runner
 from specctl.processes import start_time
 from tests.integration.conftest import lab_profile, reset_lab
 from tests.integration.sshd import SshLab
@@ -163,7 +165,14 @@ def test_connection_lost_during_readiness_and_back(cli: Any, lab: SshLab, env: d
     assert shown.code == 0 and "steps" in shown.stdout and "stop-previous" in shown.stdout
 
 
-def test_connection_lost_for_good_leaves_no_untracked_server(cli: Any, lab: SshLab, env: dict[str, Any]) -> None:
+def test_connection_lost_for_good_leaves_no_untracked_server(
+    cli: Any, lab: SshLab, env: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the host never comes back while the deploy runs: the pauses between attempts to connect (0.5, 1,
+    # 2 s: 3.5 s for each command sent) are shortened, and with them the time a started release waits
+    # past its start-up budget to be made current (30 s) before its server stops itself
+    monkeypatch.setattr(_ssh_runner, "BACKOFF_S", 0.1)
+    monkeypatch.setattr(change, "CONFIRM_MARGIN_S", 15.0)
     common = [*env["common"], "--hosts", "h1", "--ledger", env["ledger"]]
     assert cli("deploy", env["v1"], "--no-verify", *common).code == 0
     previous = current(lab, "h1")

@@ -11,6 +11,7 @@ two-rank server.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -24,8 +25,11 @@ from typing import Any
 import pytest
 import yaml
 
+from specctl.engines.reference.roofline import ENV as ROOFLINE_ENV
 from specctl.flows.demo import write_inputs
+from specctl.hosts import _ssh_runner
 from specctl.plan.sbatch import job_name
+from specctl.release import readiness
 from tests.integration.slurm import SlurmLab
 from tests.integration.sshd import SshLab
 
@@ -64,6 +68,9 @@ def login_inventory(path: Path, slurm: SlurmLab, lab: SshLab, root: str, **extra
     }
     path.write_text(yaml.safe_dump(data))
     return path
+
+
+ROOFLINE = "floor_ms=25,knee_tokens=32,token_ms=0.5"
 
 
 def on_cluster(profile: Path, name: str, **changes: Any) -> None:
@@ -231,7 +238,12 @@ def test_through_a_login_node_reached_over_ssh(
     assert dry.code == 0, dry.stdout + dry.stderr
     [row] = cli("--json", "deploy", str(v1), "--dry-run", *common).json()["dry_run"]
     assert row["job"][:4] == ["sbatch", "--job-name=specctl:slurm-ssh:<run-id>", "--nodes=1", "--ntasks-per-node=1"]
-    assert "--gres=gpu:2" in row["job"] and "as a Slurm job: sbatch" in dry.stdout
+    assert "--gres=gpu:2" in row["job"]
+    # the sbatch command under the dry run's table, broken before its options where it is long
+    assert re.search(
+        r"\nSlurm job on [^\n]+:\n  sbatch( \\\n   )? '--job-name=specctl:slurm-ssh:<run-id>'( \\\n   )? --nodes=1",
+        dry.stdout,
+    ), dry.stdout
     assert jobs(slurm, "slurm-ssh") == {}
     done = cli("--json", "deploy", str(v1), "--baseline", "skip", *common)
     assert done.code == 0, done.stdout + done.stderr
@@ -403,8 +415,8 @@ def test_compute_nodes_only_the_login_node_reaches_are_served_through_a_tunnel(
 def test_status_says_when_the_time_limit_stops_serving_and_explains_the_job_it_ended(
     cli: Any, slurm: SlurmLab, tmp_path: Path
 ) -> None:
-    """A job with 10 minutes left is flagged with when serving stops; cut to one minute (slurmctld checks
-    time limits every 30 s), it ends as TIMEOUT, and status explains the ended job from `scontrol`."""
+    """A job with 10 minutes left is flagged with when serving stops; its limit cut to nothing left (slurmctld
+    checks time limits every 30 s), it ends as TIMEOUT, and status explains the ended job from `scontrol`."""
     v1, _ = write_inputs(tmp_path, PORT + 7, gates=True)
     on_cluster(v1, "slurm-limit")
     inventory = cluster_inventory(tmp_path / "hosts.yaml", slurm, time="10")
@@ -417,7 +429,9 @@ def test_status_says_when_the_time_limit_stops_serving_and_explains_the_job_it_e
     assert "TIME LIMIT NEAR: serving stops at " in note and note.endswith("Z (time limit)"), note
     job = str(status["servers"][0]["job"])
 
-    slurm.run("scontrol", "update", f"JobId={job}", "TimeLimit=1", check=True)  # it has run longer: over at once
+    # 0: Slurm moves the job's end to now (1 minute would wait out what is left of the job's first minute),
+    # and its next time-limit check, within 30 s, ends it as TIMEOUT
+    slurm.run("scontrol", "update", f"JobId={job}", "TimeLimit=0", check=True)
     assert slurm.wait_job(job, timeout=120)["JobState"] == "TIMEOUT"
     status = cli("--json", "status", str(v1), *common[:2]).json()["hosts"][0]
     assert status["current"] == run_id and not status["running"], status
@@ -492,7 +506,9 @@ def test_a_two_second_login_blip_during_verify_is_retried_and_the_deploy_passes(
     if not lab.use_namespaces:
         pytest.skip("the login node must be a host of its own")
     v1, _ = write_inputs(tmp_path, PORT + 9, gates=True)
-    on_cluster(v1, "slurm-blip", verify={"requests": 80})  # about 10 s of verify on the reference engine
+    # each target forward takes at least 25 ms (the roofline stand-in), so verify lasts seconds however
+    # fast the machine is: on an idle one it took 1.2 s without it, and the blip came after it
+    on_cluster(v1, "slurm-blip", verify={"requests": 80}, engine={"env": {ROOFLINE_ENV: ROOFLINE}})
     inventory = login_inventory(tmp_path / "hosts.yaml", slurm, lab, "specctl-blip", tunnel=True)
     common = ["--inventory", str(inventory), "--ssh-config", str(lab.ssh_config), "--ledger", str(tmp_path / "l.db")]
     first = cli("--json", "deploy", str(v1), "--baseline", "skip", "--no-verify", *common)
@@ -576,7 +592,7 @@ def test_a_submission_whose_reply_is_cut_off_is_adopted_never_submitted_twice(
 
 
 def test_a_login_node_lost_for_good_while_the_new_job_starts_keeps_the_old_job_and_says_so(
-    cli: Any, slurm: SlurmLab, lab: SshLab, tmp_path: Path
+    cli: Any, slurm: SlurmLab, lab: SshLab, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The login node goes away for good once the new job runs (its start is slow): readiness counts
     the lost connection after LOGIN_BLIP_BUDGET_S, the new job cannot be cancelled nor `current`
@@ -584,6 +600,10 @@ def test_a_login_node_lost_for_good_while_the_new_job_starts_keeps_the_old_job_a
     never stopped, keeps serving."""
     if not lab.use_namespaces:
         pytest.skip("the login node must be a host of its own")
+    # the connection never comes back: readiness's budget for a lost connection (30 s) and the pauses
+    # between attempts to connect (0.5, 1, 2 s: 3.5 s for each command sent) shortened, as all is waiting
+    monkeypatch.setattr(readiness, "LOGIN_BLIP_BUDGET_S", 10.0)
+    monkeypatch.setattr(_ssh_runner, "BACKOFF_S", 0.1)
     v1, _ = write_inputs(tmp_path, PORT + 11, gates=True)
     on_cluster(v1, "slurm-gone")
     inventory = login_inventory(tmp_path / "hosts.yaml", slurm, lab, "specctl-gone", setup=["sleep 3"])

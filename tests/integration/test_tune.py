@@ -81,7 +81,8 @@ def test_tune_finds_a_setting_writes_the_next_version_and_applies_it(cli: Any, l
                 assert r["points"] == {}
             else:
                 assert r["points"]["1"]["requests"] == 8 and r["points"]["1"]["output_tokens_per_s"]["estimate"] > 0
-        assert "aria-label='heat map'" in page.read_text() and result["run"] in page.read_text()
+        html = page.read_text()
+        assert "<svg" in html and "num_steps (draft steps per verify)" in html and result["run"] in html
 
         # the host keeps the release it had: same `current`, its server running again
         assert _link(lab, "current") == before == result["restored"]
@@ -122,9 +123,9 @@ def test_tune_finds_a_setting_writes_the_next_version_and_applies_it(cli: Any, l
         assert again.code == 2 and "exists" in again.stderr
 
         shown = cli("show", result["run"], "--ledger", str(ledger))  # the run shows as tune showed it
-        assert (
-            shown.code == 0 and "WINNER" in shown.stdout and "heat map" in shown.stdout and "tok/s @1" in shown.stdout
-        ), shown.stdout
+        assert shown.code == 0 and "WINNER" in shown.stdout and "heat map" in shown.stdout, shown.stdout
+        wide = cli("show", result["run"], "--ledger", str(ledger), "-o", "wide")  # the other points, the releases
+        assert wide.code == 0 and "tok/s @1" in wide.stdout and all(r["release"] in wide.stdout for r in rows)
 
         # a candidate is a whole release: rollback goes to one by name (never by itself: it was not verified)
         loser = next(r for r in rows if not r["winner"])

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
+import re
+import shutil
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +18,7 @@ from specctl.engines import get_engine
 from specctl.flows import static
 from specctl.plan.inputs import Inputs
 from specctl.plan.plan import OVERLAY_PATH, build_plan
-from specctl.plan.render import quote, render_json, render_sh
+from specctl.plan.render import command_lines, quote, render_json, render_sh
 from specctl.profile import Profile
 from tests.factory import Scenario, merge
 
@@ -121,6 +125,11 @@ TEXT = st.text(st.characters(blacklist_characters="\x00", blacklist_categories=(
 INTERPRETER = TEXT.filter(
     lambda s: not any(ord(c) < 32 or ord(c) == 127 for c in s) and ("/" not in s or s.startswith(("/", "~/")))
 )
+
+
+def joined(script: str) -> str:
+    """The script with its ` \\` continuations joined: each command on one line, as the shell reads it."""
+    return re.sub(r" \\\n *", " ", script)
 
 
 def _script_argv(script: str, release: Path) -> tuple[list[str], dict[str, str]]:
@@ -259,7 +268,7 @@ def test_adaptive_tiers_travel_in_the_release_and_the_launch_script_names_them(t
     }
     files = release_files(plan, plan.nodes[0], {})
     assert ADAPTIVE_FILE in files and b'"candidate_steps"' in files[ADAPTIVE_FILE][0]  # type: ignore[index]
-    script = render_sh(plan, plan.nodes[0])
+    script = joined(render_sh(plan, plan.nodes[0]))
     assert f'--speculative-adaptive-config "${{{RELEASE_DIR_VAR}}}"/{ADAPTIVE_FILE}' in script
     baseline = static.plan(static.check(s.write()), baseline=True)
     assert "--speculative-adaptive" not in baseline.nodes[0].argv and baseline.files == {}
@@ -278,3 +287,66 @@ def test_metrics_are_served_by_default_once_and_can_be_turned_off(tmp_path: Path
     assert argv("default").count("--enable-metrics") == 1
     assert "--enable-metrics" not in argv("off", metrics=False)
     assert argv("by-hand", args={"enable-metrics": True}).count("--enable-metrics") == 1  # not twice
+
+
+# --- 80 columns: a long command broken before each option, the same argv run ---------------------------
+
+
+def test_a_long_command_breaks_before_each_option_and_runs_the_same_argv(tmp_path: Path, hub_env: Path) -> None:
+    plan = static.plan(static.check(ROOT / "profiles" / "kimi-k2.5-tp8.yaml", offline=True))
+    script = render_sh(plan, plan.nodes[0])
+    lines = script.splitlines()
+    assert max(len(line) for line in lines) <= 80, script
+    start = next(i for i, line in enumerate(lines) if line.startswith("exec "))
+    assert lines[start] == "exec /opt/sglang/bin/python -m sglang.launch_server \\"
+    options = lines[start + 1 :]
+    assert "  --revision 1b7bb491f9466d1fc104856557676df00c950b28 \\" in options  # a flag with its value
+    assert all(line.startswith("  --") for line in options)
+    assert len(options) == sum(word.startswith("--") for word in plan.nodes[0].argv)  # one option a line
+    assert all(line.endswith(" \\") for line in options[:-1]) and not options[-1].endswith("\\")
+    for shell in ("sh", "bash"):
+        if shutil.which(shell):
+            checked = subprocess.run([shell, "-n", "-c", script], capture_output=True, text=True)
+            assert checked.returncode == 0, checked.stderr
+    argv, _ = _script_argv(script, tmp_path)
+    assert argv == [w.replace("${SPECCTL_RELEASE_DIR}", str(tmp_path)) for w in plan.nodes[0].argv]
+    assert joined(script).splitlines()[start] == "exec " + " ".join(quote(w) for w in plan.nodes[0].argv)
+
+
+def test_command_lines_fit_where_a_break_can_and_keep_every_word_whole() -> None:
+    assert command_lines(["sleep", "60"], prefix="exec ") == ["exec sleep 60"]  # short: one line, as before
+    long_value = "/models/" + "m" * 90
+    argv = ["/usr/bin/python3", "-m", "sglang.launch_server", "--model-path", long_value, "--port", "1"]
+    argv += ["--json-model-override-args", '{"rope_scaling": {"type": "yarn", "factor": 4.0, "original": 32768}}']
+    argv += ["--tp-size", "-1", "--enable-metrics", "--nargs", *(f"value-{i}" for i in range(20))]
+    lines = command_lines(argv, prefix="exec ")
+    assert lines[0] == "exec /usr/bin/python3 -m sglang.launch_server \\"
+    assert lines[1:4] == ["  --model-path \\", f"    {long_value} \\", "  --port 1 \\"]  # the value alone, whole
+    assert "  --tp-size -1 \\" in lines  # a negative number is a value, not an option
+    assert all(len(line) <= 80 for line in lines if long_value not in line), lines
+    assert sum(line.startswith("    value-") for line in lines) >= 1  # further values fill the next lines
+    job = ["sbatch", "--job-name=specctl:p:<run-id>", "--nodes=1", "--output=/shared/a b/server.log", "--exclusive"]
+    assert command_lines(job, width=40) == [  # an option quoted whole is still an option
+        "sbatch \\",
+        "  '--job-name=specctl:p:<run-id>' \\",
+        "  --nodes=1 \\",
+        "  '--output=/shared/a b/server.log' \\",
+        "  --exclusive",
+    ]
+    script = "\n".join(lines) + "\n"
+    printed = subprocess.run(
+        ["sh", "-c", script.replace("exec ", "printf '%s\\0' ", 1)], capture_output=True, check=True
+    ).stdout.decode()
+    assert printed.split("\0")[:-1] == argv
+
+
+def test_the_fast_tiers_guard_still_reads_a_broken_launch_command(tmp_path: Path, hub_env: Path) -> None:
+    """tests/fakes/engine.py reads the interpreter and module of a release's command over its lines."""
+    from tests.fakes.engine import launches_a_real_engine
+
+    plan = static.plan(static.check(ROOT / "profiles" / "llama-3.1-8b-b200.yaml", offline=True))
+    node = plan.nodes[0]
+    launch = tmp_path / "launch.sh"
+    launch.write_text(render_sh(plan, dataclasses.replace(node, argv=(sys.executable, *node.argv[1:]))))
+    assert launch.read_text().count(" \\\n") > 5
+    assert launches_a_real_engine(launch) == f"{launch} runs {sys.executable} -m sglang.launch_server"

@@ -118,8 +118,8 @@ def test_every_rank_meets_at_the_allocations_first_node(tmp_path: Path) -> None:
 def test_the_head_address_is_the_launch_lines_only_expansion(tmp_path: Path) -> None:
     _, plan = two_node_plan(tmp_path)
     script = render_sh(plan, plan.nodes[1])
-    [exec_line] = [line for line in script.splitlines() if line.startswith("exec ")]
-    assert '"${SPECCTL_HEAD_ADDRESS}":50000' in exec_line and exec_line.count("$") == 1
+    command = script[script.index("\nexec ") :]  # the last command, over its continuation lines
+    assert '"${SPECCTL_HEAD_ADDRESS}":50000' in command and command.count("$") == 1
 
 
 def test_a_steps_secrets_come_through_its_pipe_whole_and_only_whole(tmp_path: Path) -> None:

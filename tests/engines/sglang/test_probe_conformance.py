@@ -7,7 +7,9 @@ CI=true a missing environment fails the run instead of skipping it.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
+import json
 import subprocess
 from collections.abc import Sequence
 from pathlib import Path
@@ -28,6 +30,30 @@ VERSION = "0.5.23"
 LAYER_COUNTS = (32, 61, 94)
 # check codes this file covers with a failing and a passing case (see tests/plan/test_checks.py)
 COVERED = {"probe-version", "probe-disagrees", "probe-parse", "probe-agrees"}
+
+
+_ASKED: dict[str, dict[str, Any]] = {}
+
+
+@pytest.fixture(autouse=True)
+def _each_question_probed_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`check --engine-python` runs the probe, which imports sglang 0.5.23 afresh (8-12 s): a question
+    this file already put to the same interpreter is answered as that probe answered it (two checks of
+    the Kimi profile, the two versions of one profile). A different question is probed."""
+    from specctl.flows import probe
+
+    ask = probe.run_probe
+
+    def asked(python: str, script: str, request: dict[str, Any], timeout_s: float = probe.PROBE_TIMEOUT_S) -> Any:
+        key = json.dumps([python, script, request], sort_keys=True)
+        if key not in _ASKED:
+            answer = ask(python, script, request, timeout_s)
+            if "error" in answer:
+                return answer
+            _ASKED[key] = answer
+        return copy.deepcopy(_ASKED[key])
+
+    monkeypatch.setattr(probe, "run_probe", asked)
 
 
 def battery(n: int) -> list[list[int] | None]:
