@@ -79,3 +79,9 @@ def table(*names: str, wide: bool, right: Collection[str] = ()) -> Table:
     for name in names:  # a header is text, not markup: `[interval]` stays
         shown.add_column(Text(name), justify="right" if name in right else "left", overflow="fold")
     return shown
+
+
+def host_line(host: str, text: object) -> str:
+    """A line about one host, the host named once (a HostError's text may already start with it)."""
+    said = str(text)
+    return said if said.startswith(f"{host}: ") else f"{host}: {said}"

@@ -24,7 +24,7 @@ from specctl.cli._options import (
     engines_as_judge,
     selected_hosts,
 )
-from specctl.cli._output import table
+from specctl.cli._output import host_line, table
 from specctl.cli._recording import recorded
 from specctl.constants import STAGE_PARALLEL, STARTUP_BUDGET_S
 from specctl.errors import CheckFailed, HostError, InputError
@@ -139,7 +139,7 @@ def said_under(errors: list[tuple[str, str]]) -> list[Text]:
     host key's fingerprint (one 50-character word) is never folded into a narrow cell or cut short."""
     from rich.text import Text
 
-    return [Text(e if e.startswith(f"{host}: ") else f"{host}: {e}") for host, e in errors]
+    return [Text(host_line(host, e)) for host, e in errors]
 
 
 def _counted(items: list[str]) -> str:

@@ -11,29 +11,13 @@ from typing import Any
 from rich.console import Group, RenderableType
 from rich.text import Text
 
+from specctl.cli._output import host_line
+from specctl.cli.figures import interval_figure
 from specctl.ledger.history import short_ids
 from specctl.verdict.summary import current
 
 # columns a narrow terminal loses first: the time, then the release id (`-o wide` shows all)
 DROPPED_FIRST = ("time", "release")
-
-
-def interval_text(value: object, suffix: str = "") -> str:
-    """A measured figure with its interval: `3.56±0.10` when the interval is symmetric at the
-    digits shown, else `0.85 [0.81,0.89]`; `-` when nothing was measured."""
-    if not isinstance(value, Mapping) or not isinstance(value.get("estimate"), int | float):
-        return "-"
-    estimate, low, high = value["estimate"], value.get("low"), value.get("high")
-    digits = 0 if abs(estimate) >= 100 else 2
-
-    def num(x: float) -> str:
-        return f"{x:.{digits}f}"
-
-    if not isinstance(low, int | float) or not isinstance(high, int | float):
-        return f"{num(estimate)}{suffix}"
-    if num(high - estimate) == num(estimate - low):
-        return f"{num(estimate)}{suffix}±{num(high - estimate)}"
-    return f"{num(estimate)}{suffix} [{num(low)},{num(high)}]"
 
 
 def _state(r: Mapping[str, Any]) -> str:
@@ -56,7 +40,7 @@ def _verdict(v: Mapping[str, Any] | None) -> str:
 
 def _figures(v: Mapping[str, Any] | None) -> tuple[str, str]:
     summary = current(dict((v or {}).get("summary") or {}))
-    return interval_text(summary.get("accept_length")), interval_text(summary.get("speedup"), "x")
+    return interval_figure(summary.get("accept_length")), interval_figure(summary.get("speedup"), suffix="x")
 
 
 def _took(r: Mapping[str, Any]) -> str:
@@ -107,13 +91,13 @@ def attention(reports: Sequence[Mapping[str, Any]]) -> list[str]:
     for r in reports:
         host = r["host"]
         if not r.get("ok") or r.get("rolled_back"):
-            lines.append(f"{host}: {r.get('detail')}" + (f" (fix: {r['fix']})" if r.get("fix") else ""))
+            lines.append(host_line(host, r.get("detail")) + (f" (fix: {r['fix']})" if r.get("fix") else ""))
             continue
         verdict = r.get("verdict") or {}
         for g in verdict.get("gates") or []:
             if not g.get("passed"):
                 at = f" @{g['concurrency']}" if g.get("concurrency") is not None else ""
-                measured = interval_text(g.get("interval")) if g.get("interval") else g.get("note", "not measured")
+                measured = interval_figure(g.get("interval")) if g.get("interval") else g.get("note", "not measured")
                 lines.append(
                     f"{host}: {g['name']}{at} {measured}, needs {g['op']} {g['threshold']}: FAIL"
                     + ("" if g.get("decided", True) else " (undecided)")
@@ -127,7 +111,7 @@ def attention(reports: Sequence[Mapping[str, Any]]) -> list[str]:
         if back and back != r.get("release"):
             lines.append(f"{host}: rolled back to {back}, the release that served before")
         elif verdict.get("passed") is False:  # not rolled back: the detail says why (or what the verify lacked)
-            lines.append(f"{host}: {r.get('detail')}")
+            lines.append(host_line(host, r.get("detail")))
     return lines
 
 

@@ -12,6 +12,7 @@ from rich.padding import Padding
 from rich.text import Text
 
 from specctl.cli._output import Output
+from specctl.cli.figures import figure
 from specctl.plan.findings import Finding, Severity
 from specctl.plan.plan import Plan
 
@@ -321,38 +322,10 @@ def _when(at: str) -> datetime:
     return datetime.fromisoformat(at.replace("Z", "+00:00"))
 
 
-def _fixed(value: object, digits: int = 2, suffix: str = "") -> str:
-    if not isinstance(value, (int, float)):
-        return "-"
-    return f"{value:.{_decimals(value, digits)}f}{suffix}"
-
-
-def _decimals(value: float, digits: int) -> int:
-    return 0 if abs(value) >= 100 else digits
-
-
-def _figure(row: Mapping[str, Any], key: str, *, compact: bool, digits: int = 2, suffix: str = "") -> str:
-    """A figure of a run or host (`metrics` data) with its interval: `3.56 [3.50, 3.61]`, or where
-    `compact` and the interval is symmetric (accept length's and throughput's are: a ratio estimator
-    ± its half-width) `3.56±0.05`, which says the same in half the width; the estimate alone where
-    none was recorded, "-" where nothing was."""
-    import math
-
-    estimate = row.get(key)
+def _figure(row: Mapping[str, Any], key: str, *, suffix: str = "") -> str:
+    """A figure of a run or host (`metrics` data) with its interval, where one was recorded."""
     iv = (row.get("intervals") or {}).get(key) or {}
-    low, high = iv.get("low"), iv.get("high")
-    text = _fixed(estimate, digits, suffix)
-    if (
-        not isinstance(estimate, (int, float))
-        or not isinstance(low, (int, float))
-        or not isinstance(high, (int, float))
-    ):
-        return text
-    places = _decimals(estimate, digits)
-    half = high - estimate
-    if compact and math.isfinite(half) and abs(half - (estimate - low)) <= 1e-6 * max(1.0, abs(estimate)):
-        return f"{_fixed(estimate, digits)}±{half:.{places}f}{suffix}"
-    return f"{text} [{low:.{places}f}, {high:.{places}f}]"
+    return figure(row.get(key), iv.get("low"), iv.get("high"), suffix=suffix)
 
 
 def _result(row: Mapping[str, Any]) -> str:
@@ -430,19 +403,18 @@ def runs_view(
         return f"{row['profile']} v{row['version']}" if row.get("profile") else "-"
 
     whole = {r["id"]: r["id"] for r in rows}
-    compact = not wide
     figures: list[tuple[str, Callable[[Mapping[str, Any]], str]]] = (
         [
-            ("accept len", lambda r: _figure(r, "accept_length", compact=compact)),
-            ("acceptance", lambda r: _figure(r, "acceptance_rate", compact=compact)),
-            ("tok/s", lambda r: _figure(r, "output_tokens_per_s", compact=compact)),
-            ("speedup", lambda r: _figure(r, "speedup", compact=compact, suffix="x")),
-            ("TTFT s", lambda r: _figure(r, "ttft_s", compact=compact, digits=3)),
+            ("accept len", lambda r: _figure(r, "accept_length")),
+            ("acceptance", lambda r: _figure(r, "acceptance_rate")),
+            ("tok/s", lambda r: _figure(r, "output_tokens_per_s")),
+            ("speedup", lambda r: _figure(r, "speedup", suffix="x")),
+            ("TTFT s", lambda r: _figure(r, "ttft_s")),
         ]
         if wide
         else [
-            ("accept", lambda r: _figure(r, "accept_length", compact=compact)),
-            ("tok/s", lambda r: _figure(r, "output_tokens_per_s", compact=compact)),
+            ("accept", lambda r: _figure(r, "accept_length")),
+            ("tok/s", lambda r: _figure(r, "output_tokens_per_s")),
         ]
     )
     columns: list[tuple[str, Callable[[Mapping[str, Any]], str]]] = (
@@ -503,18 +475,8 @@ def _value(value: object) -> str:
     return f"{value:.4g}" if isinstance(value, float) else json.dumps(value)
 
 
-def _measured_text(estimate: object, interval: Mapping[str, Any] | None) -> str:
-    """A diffed measurement: its estimate to three significant digits and its interval to as many
-    decimals, "-" where none."""
-    import math
-
-    if not isinstance(estimate, (int, float)):
-        return "-"
-    places = max(0, 2 - math.floor(math.log10(abs(estimate)))) if estimate else 2
-    low, high = (interval or {}).get("low"), (interval or {}).get("high")
-    if isinstance(low, (int, float)) and isinstance(high, (int, float)):
-        return f"{estimate:.{places}f} [{low:.{places}f}, {high:.{places}f}]"
-    return f"{estimate:.{places}f}"
+def _bounds(interval: Mapping[str, Any] | None) -> tuple[object, object]:
+    return (interval or {}).get("low"), (interval or {}).get("high")
 
 
 def diff_view(a: str, b: str, changes: Mapping[str, Any]) -> RenderableType:
@@ -548,8 +510,8 @@ def diff_view(a: str, b: str, changes: Mapping[str, Any]) -> RenderableType:
             table.add_row(Text(str(group or "pooled"), style="bold"), "", "")
         table.add_row(
             ("  " if by_host else "") + row["field"],
-            _measured_text(row["a"], row.get("a_interval")),
-            _measured_text(row["b"], row.get("b_interval")),
+            figure(row["a"], *_bounds(row.get("a_interval"))),
+            figure(row["b"], *_bounds(row.get("b_interval"))),
         )
     views.append(table if measured else Text("measurements: none in either run"))
     for c in changes["commands"]:

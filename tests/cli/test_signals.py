@@ -119,13 +119,17 @@ def test_the_cli_process_unwinds_and_exits_130_at_sigint(tmp_path: Path) -> None
         stderr=subprocess.PIPE,
         text=True,
         cwd=ROOT,
-        env={**os.environ, "HOME": str(home), "NO_COLOR": "1"},
+        env={**os.environ, "HOME": str(home), "NO_COLOR": "1", "PYTHONFAULTHANDLER": "1"},
     )
     try:
         group = server_group(root)
         assert group is not None, "the deploy never started its server"
         child.send_signal(signal.SIGINT)
-        _, err = child.communicate(timeout=60)
+        try:
+            _, err = child.communicate(timeout=60)
+        except subprocess.TimeoutExpired:  # where it waits: faulthandler prints every thread's stack at SIGABRT
+            child.send_signal(signal.SIGABRT)
+            pytest.fail(f"the deploy did not unwind within 60 s of SIGINT:\n{child.communicate(timeout=30)[1]}")
     finally:
         if child.poll() is None:
             child.kill()
