@@ -3,14 +3,18 @@
 
 from __future__ import annotations
 
+import functools
 import importlib
 import os
 import sys
-from typing import IO, Annotated
+from typing import IO, TYPE_CHECKING, Annotated
 
 import typer
 
 from specctl.cli._output import Output
+
+if TYPE_CHECKING:
+    from typer import _click  # typer's own copy of click: what its commands are
 
 # the module that registers each command: a command line that names one builds only that module's
 # commands (typer builds every parameter of every command it is given; half the cold start)
@@ -102,6 +106,16 @@ def build(command: str | None = None) -> typer.Typer:
     return app
 
 
+@functools.cache
+def _click_command(module: str | None) -> _click.Command:
+    """The parser of one command module (None: of all), built once per process: typer reads every
+    parameter's annotations to build it, the most of a command's start-up, and a program that runs
+    the CLI again and again inside itself (the tests) would pay it on every run. Click's commands
+    keep no state between runs: each run has a context of its own."""
+    command = next((name for name, owner in COMMAND_MODULES.items() if owner == module), None)
+    return typer.main.get_command(build(command))
+
+
 def named_command(args: list[str]) -> str | None:
     """The command a command line names, skipping the root's options; None when it names none
     (help, --version, a typo: the whole application answers those)."""
@@ -141,9 +155,9 @@ def _main(args: list[str], stdout: IO[str] | None, stderr: IO[str] | None) -> in
     output = Output(json_mode="--json" in args, stdout=stdout or sys.stdout, stderr=stderr or sys.stderr)
     try:
         completing = any(key.endswith("_COMPLETE") for key in os.environ)  # shell completion needs every command
-        app = build(None if completing else named_command(args))
+        command = _click_command(None if completing else COMMAND_MODULES.get(named_command(args) or ""))
         with held():  # one connection per host for the whole command, closed when it ends
-            result = app(args=args, standalone_mode=False, obj=output)
+            result = command.main(args=args, standalone_mode=False, obj=output)
         if isinstance(result, int):  # click returns a typer.Exit's code when not standalone
             return result
     except typer.Exit as exc:
