@@ -31,39 +31,34 @@ def key(name):  # a distribution's name as packaging normalizes it (PEP 503), da
     return name
 
 
-# The version importlib.metadata.version(dist) gives, read as it reads it (importing importlib.metadata
-# costs 50 ms, most of this script's time): the first directory of sys.path that names the distribution,
-# a *.dist-info there before an *.egg-info, its METADATA or PKG-INFO's Version header. Anything else (an
-# .egg, metadata without a version) is asked of importlib.metadata itself.
-KINDS = (".dist-info", ".egg-info", ".egg")
-
-
+# The version importlib.metadata.version(dist) gives, found as it finds it (importing importlib.metadata
+# costs 50 ms, most of this script's time): the first directory on sys.path holding a *.dist-info or
+# *.egg-info of that name (in the directory's own order), its METADATA, else PKG-INFO, Version header.
+# Anything else (an .egg on the path, metadata without a version) is asked of importlib.metadata itself.
 def engine_version(dist):
     want = key(dist)
     for entry in sys.path:
+        if entry.lower().endswith(".egg"):
+            break
         try:
             names = os.listdir(entry or ".")
         except OSError:
             continue
-        found = [n for n in names if n.endswith(KINDS) and key(n[: n.rindex(".")].split("-")[0]) == want]
+        found = [n for n in names if n.lower().endswith((".dist-info", ".egg-info"))]
+        found = [n for n in found if key(n.rpartition(".")[0].partition("-")[0]) == want]
         if not found:
             continue
-        found.sort(key=lambda n: (not n.endswith(".dist-info"), n))
-        path = os.path.join(entry or ".", found[0])
-        if found[0].endswith(".dist-info"):
-            path = os.path.join(path, "METADATA")
-        elif found[0].endswith(".egg-info") and os.path.isdir(path):
-            path = os.path.join(path, "PKG-INFO")
-        if not found[0].endswith(".egg"):
+        for meta in ("METADATA", "PKG-INFO"):
             try:
-                with open(path, encoding="utf-8") as f:
+                with open(os.path.join(entry or ".", found[0], meta), encoding="utf-8") as f:
                     for line in f:
-                        if line.startswith("Version:"):
+                        if line.lower().startswith("version:"):
                             return line.split(":", 1)[1].strip()
                         if not line.strip():
                             break
+                break  # importlib reads the first of them that exists
             except OSError:
-                pass
+                continue
         break
     from importlib.metadata import version
 

@@ -36,7 +36,7 @@ def dist(site: Path, dirname: str, metadata: str) -> None:
     (site / dirname / ("PKG-INFO" if dirname.endswith("egg-info") else "METADATA")).write_text(metadata)
 
 
-def test_the_first_directory_on_the_path_wins_a_dist_info_before_an_egg_info_as_importlib_reads_them(
+def test_the_first_directory_on_the_path_wins_and_its_metadata_is_read_as_importlib_reads_it(
     tmp_path: Path,
 ) -> None:
     first, second = tmp_path / "first", tmp_path / "second"
@@ -48,8 +48,20 @@ def test_the_first_directory_on_the_path_wins_a_dist_info_before_an_egg_info_as_
     dist(first, "both-2.0.dist-info", "Metadata-Version: 2.1\nName: both\nVersion: 2.0\n")
     dist(second, "both-3.0.dist-info", "Metadata-Version: 2.1\nName: both\nVersion: 3.0\n")
     dist(first, "dev.egg-info", "Metadata-Version: 1.1\nName: dev\nVersion: 0.1.dev0\n")
+    dist(first, "dotted.name-1.0-py3.11.egg-info", "Metadata-Version: 1.1\nName: dotted.name\nVersion: 1.0\n")
+    dist(second, "dotted_name-2.0.dist-info", "Metadata-Version: 2.1\nName: dotted_name\nVersion: 2.0\n")
     env = {"PYTHONPATH": f"{first}:{second}", "PATH": "/usr/bin:/bin"}
-    for name in ("my-engine", "MY_ENGINE", "other", "later", "both", "dev"):
+    for name in (
+        "my-engine",
+        "MY_ENGINE",
+        "other",
+        "later",
+        "both",
+        "dev",
+        "dotted.name",
+        "dotted_name",
+        "Dotted-Name",
+    ):
         expected = subprocess.run(
             [sys.executable, "-c", "import sys, importlib.metadata as m; print(m.version(sys.argv[1]))", name],
             capture_output=True, text=True, env=env, check=True,
@@ -57,4 +69,3 @@ def test_the_first_directory_on_the_path_wins_a_dist_info_before_an_egg_info_as_
         # metadata without a version: importlib.metadata says None, the facts an unknown version
         assert facts(sys.executable, name, env=env).engine_version == (None if expected == "None" else expected), name
     assert facts(sys.executable, "my-engine", env=env).engine_version == "2.0"
-    assert facts(sys.executable, "both", env=env).engine_version == "2.0"  # a dist-info before an egg-info
