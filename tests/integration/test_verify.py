@@ -219,7 +219,9 @@ def test_operating_points_streamed_on_a_real_host(cli: Any, lab: SshLab, tmp_pat
     drafting 10 steps keeps its speedup alone but loses it at 16 (the verify forward of 16 x 11 tokens
     costs more than the accepted drafts save), shown with both numbers. The engine keeps a GPU's time per
     forward (the roofline stand-in: flat to 32 tokens, then per token), so the loss at 16 comes from the
-    mechanism that causes it on a GPU and holds on a busy CPU. Client-side time to first token agrees with
+    mechanism that causes it on a GPU; its times (20 ms a forward, 3 ms a token past 32) stay above the
+    CPU's own on a busy machine (at 8 ms and 0.5 ms, another test worker's load made the baseline slower
+    than the roofline and v3 "kept" a 1.5x speedup at 16). Client-side time to first token agrees with
     the server's first_token_latency."""
     v1, v2 = write_inputs(tmp_path, 31750)
     data = yaml.safe_load(v1.read_text())
@@ -228,7 +230,7 @@ def test_operating_points_streamed_on_a_real_host(cli: Any, lab: SshLab, tmp_pat
         {
             "host": "0.0.0.0",
             "args": {"enable-metrics": True},
-            "env": {ROOFLINE_ENV: "floor_ms=8,knee_tokens=32,token_ms=0.5"},
+            "env": {ROOFLINE_ENV: "floor_ms=20,knee_tokens=32,token_ms=3"},
         }
     )
     data["hosts"] = ["h1"]
@@ -273,7 +275,7 @@ def test_operating_points_streamed_on_a_real_host(cli: Any, lab: SshLab, tmp_pat
         assert len(requests) >= 16
         for r in requests:
             assert r["first_token_latency"] - 0.01 <= r["client_first_token"] <= r["client_latency"], r
-        assert f"{ROOFLINE_ENV}: a target forward takes at least 8 ms" in cli("logs", str(v1), *common[:4]).stdout
+        assert f"{ROOFLINE_ENV}: a target forward takes at least 20 ms" in cli("logs", str(v1), *common[:4]).stdout
 
         # v2 (wrong layers) failing at every point is tested on the engine double: tests/flows/test_verify_flows.py
         third = cli("deploy", str(v3), *common)
