@@ -61,6 +61,23 @@ def nul_at(value: Any) -> tuple[str | int, ...] | None:
     return None
 
 
+_LABEL = re.compile(r"[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?\Z")
+
+
+def _address(host: str) -> bool:
+    """An IP literal (v4 or v6) or an RFC 1123 host name: dot-separated labels of letters, digits and
+    inner '-', 63 characters at most each, 253 in all (one trailing dot allowed)."""
+    import ipaddress
+
+    try:
+        ipaddress.ip_address(host)
+        return True
+    except ValueError:
+        pass
+    name = host[:-1] if host.endswith(".") else host
+    return 0 < len(name) <= 253 and all(_LABEL.match(label) for label in name.split("."))
+
+
 def is_local_path(model: str) -> bool:
     """An absolute path names a directory on the host; anything else is a Hugging Face repo id."""
     return model.startswith("/")
@@ -187,6 +204,23 @@ class EngineSettings(StrictModel):
     def _python_on_the_host(cls, python: str) -> str:
         one_line(python)
         return interpreter(python) or python
+
+    @field_validator("host")
+    @classmethod
+    def _an_address(cls, host: str) -> str:
+        """What the server binds: an IP literal or an RFC 1123 host name, nothing else (the value reaches
+        the engine as one quoted word: this is about binding what was meant, not about the shell)."""
+        if not _address(host):
+            raise invalid(
+                "engine_host",
+                "{host!r} is neither an IP address nor a host name",
+                {
+                    "host": host,
+                    "fix": 'use an address such as "0.0.0.0" (every interface), "127.0.0.1" or "::", '
+                    "or a host name of letters, digits, '-' and '.'",
+                },
+            )
+        return host
 
     @field_validator("name")
     @classmethod

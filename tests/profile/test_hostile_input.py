@@ -366,3 +366,19 @@ def test_a_cluster_entry_of_either_kind_is_checked_as_that_kind(
         assert "namespace" in p["fix"]  # the kubernetes kind's own keys, not slurm's
     if "partiton" in field:
         assert "partition" in p["fix"]
+
+
+# --- engine.host: what the server binds ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("host", ['"0.0.0.0; touch /tmp/x"', '"$(id)"', "a_b", '"-x"', '""', '"host name"'])
+def test_engine_host_is_an_address_or_a_host_name(cli: Any, tmp_path: Path, host: str) -> None:
+    path = write(tmp_path, GOOD.replace(ENGINE, ENGINE + f"  host: {host}\n"))
+    p = one_problem(cli, "validate", str(path))
+    assert (p["file"], p["line"], p["field"]) == (str(path), 17, "engine.host"), p
+    assert p["column"] == 3 and "neither an IP address nor a host name" in p["message"] and "0.0.0.0" in p["fix"]
+
+
+@pytest.mark.parametrize("host", ['"0.0.0.0"', '"::"', "127.0.0.1", "node-1.example.com", "localhost", '"fe80::1"'])
+def test_engine_host_takes_addresses_and_names(tmp_path: Path, host: str) -> None:
+    assert load_profile(write(tmp_path, GOOD.replace(ENGINE, ENGINE + f"  host: {host}\n"))).model.engine.host
