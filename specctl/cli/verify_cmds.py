@@ -45,7 +45,9 @@ def verify(
     out: FormatOpt = "normal",
 ) -> None:
     """Static checks against each host, drift of the live server against the plan, and the live
-    measurement with its gates (95 % intervals, stopping early once decided). Exit 1 when a gate fails."""
+    measurement with its gates (95 % intervals, stopping early once decided). Exit 1 when a gate fails;
+    exit 3 when a host or its server could not be reached (nothing measured: the release's record is
+    left as it was, and the run is recorded `unreachable`)."""
     from specctl.cli.views import show_reports
     from specctl.flows import static
     from specctl.flows.baseline import checked_mode

@@ -1,12 +1,14 @@
 """Bringing a release up on a host in place of what runs there: the steps that deploy, rollback
 and baseline share, each with its undo.
 
-    preflight -> stage -> materialise -> stop previous -> start -> ready -> switch
+    preflight -> stage -> materialise -> prove -> stop previous -> start -> ready -> switch
 
 Nothing running is stopped before everything that can be done beside it is done (connection,
-facts, a port held by a stranger, a whole release on disk). Whatever fails later, the undos put
-the previous release back: `current` names a release whose server runs, or nothing of the profile
-runs. A server whose deploy lost its host for good stops itself (see `release.start`).
+facts judged against the profile: the interpreter, the engine, the GPUs; a port held by a stranger;
+a whole release on disk; the release proven on its host as it will start, flows/prove.py).
+Whatever fails later, the undos put the previous release back: `current` names a release whose
+server runs, or nothing of the profile runs. A server whose deploy lost its host for good stops
+itself (see `release.start`).
 
 On a scheduler's cluster (a rolling platform) nothing is stopped first: the new release's job runs
 beside the old one, `current` moves when it is ready, and the old job is cancelled only when the
@@ -16,6 +18,7 @@ twice (a rollback to it just switches back).
 
 from __future__ import annotations
 
+import json
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -23,11 +26,16 @@ from typing import Any
 
 from specctl.constants import STARTUP_BUDGET_S
 from specctl.engines import get_engine
+from specctl.engines.base import Engine
 from specctl.errors import HostError
 from specctl.facts import host as host_facts
+from specctl.flows import prove as proving
 from specctl.flows.session import HostSession
 from specctl.flows.static import CheckReport
 from specctl.flows.steps import Step, Undo
+from specctl.plan.findings import Severity
+from specctl.plan.host_checks import check_host
+from specctl.profile.profile import Profile
 from specctl.release import release as rel
 from specctl.release import staging
 from specctl.release.readiness import wait_ready
@@ -65,6 +73,28 @@ class Change:
     startup_s: float | None = None
     replaced_as: Life = "superseded"  # what the release `current` named before becomes (a rollback's: rolled-back)
     switched: bool = False
+    profile: Profile | None = None  # the release's profile: what preflight and prove judge the host against
+    engine: Engine | None = None
+    address: str = ""  # engine.host: where the port must bind
+    secrets: tuple[str, ...] = ()  # names the operator's environment must set (the profile's `secrets:`)
+    proof: proving.Proof | None = None
+
+    @property
+    def ran(self) -> str | None:
+        """What the undo may put back: `current`'s release when the survey saw its server running.
+        None when `current` names nothing, or names a release whose server was not running (a crashed
+        server, a cancelled job): nothing ran to restore, and starting it would claim otherwise."""
+        return self.previous if self.previous is not None and self.previous in self.running else None
+
+    def before(self) -> str:
+        """What ran when the change began, as a person reads it (after preflight's survey)."""
+        others = sorted(r for r in self.running if r != self.previous)
+        also = f"; {', '.join(others)} ran, which no `current` named" if others else ""
+        if self.ran is not None:
+            return f"{self.ran} ran{also}"
+        if self.previous is not None:
+            return f"current named {self.previous}, whose server was not running{also}"
+        return f"nothing was current{also}"
 
     @classmethod
     def stored(cls, session: HostSession, run_id: str, **options: Any) -> Change:
@@ -81,6 +111,9 @@ class Change:
             distribution=engine.distribution(),
             startup_phases=engine.startup_phases(),
             budget_s=rel.startup_budget(release, STARTUP_BUDGET_S),
+            profile=docs.profile,
+            engine=engine,
+            address=docs.profile.engine.host,
             **options,
         )
 
@@ -96,6 +129,10 @@ class Change:
             distribution=engine.distribution(),
             startup_phases=engine.startup_phases(),
             budget_s=options.pop("budget_s", session.ctx.budget_s),
+            profile=p,
+            engine=engine,
+            address=p.engine.host,
+            secrets=tuple(p.secrets),
             **options,
         )
 
@@ -104,6 +141,7 @@ class Change:
             Step("preflight", lambda: preflight(self)),
             *([Step("stage", lambda: stage(self))] if self.checkpoints else []),
             *([Step("materialise", lambda: materialise(self))] if self.files is not None else []),
+            Step("prove", lambda: prove(self)),
             Step("stop-previous", lambda: stop_previous(self)),
             Step("start", lambda: start(self)),
             Step("ready", lambda: ready(self)),
@@ -133,7 +171,7 @@ def preflight(c: Change) -> None:
     t = s.transport
     look, facts = (
         s.platform.survey_command(s.base),
-        host_facts.command(python=c.python, root=s.root, port=c.port, distribution=c.distribution),
+        host_facts.command(python=c.python, root=s.root, port=c.port, distribution=c.distribution, address=c.address),
     )
     looked, found = t.run_all([look, facts], timeout_s=90, retry=True)  # both are safe to run twice
     seen = rel.read_survey(t.checked(look, looked))
@@ -148,11 +186,79 @@ def preflight(c: Change) -> None:
                 host=s.name,
                 fix="nothing was stopped; choose another release (specctl runs) or deploy the profile again",
             )
-    if s.platform.on_host and c.facts.port_free is False and not seen.servers:
+        _same_engine(c)
+    if s.platform.on_host:
+        _judge_facts(c)
+        if c.facts.port_free is False and not _ours_hold_the_port(c):
+            raise HostError(
+                f"{s.name}: port {c.port} on {c.address or '0.0.0.0'} is in use by something other than "
+                f"{s.profile}'s servers",
+                host=s.name,
+                fix="nothing was stopped; free the port, or set engine.port (or engine.host) to another one",
+            )
+
+
+def _judge_facts(c: Change) -> None:
+    """The interpreter, the engine and the GPUs the facts read, against the release's profile
+    (plan/host_checks.py): an error here stops the change before any long stage."""
+    if c.profile is None or c.engine is None or c.facts is None:
+        return
+    errors = [f for f in check_host(c.profile, c.facts.to_dict(), c.engine) if f.severity is Severity.ERROR]
+    if errors:
+        s = c.session
         raise HostError(
-            f"{s.name}: port {c.port} is in use by something other than {s.profile}",
+            f"{s.name}: " + "; ".join(f"{f.code}: {f.message.removeprefix(s.name + ': ')}" for f in errors),
             host=s.name,
-            fix="nothing was stopped; free the port, or set engine.port to another one",
+            fix="nothing was stopped; " + errors[0].fix,
+        )
+
+
+def _ours_hold_the_port(c: Change) -> bool:
+    """Whether a running server of the profile serves on the port (then it is freed by the stop)."""
+    s = c.session
+    return any(rel.port(s.release(run_id)) == c.port for run_id in c.running)
+
+
+def _same_engine(c: Change) -> None:
+    """A release already on the host starts only on the engine it was made with: the version its
+    own facts recorded must be what the host has now."""
+    s = c.session
+    assert c.facts is not None
+    raw = s.transport.read(c.release.path("host-facts.json"))
+    try:
+        recorded = json.loads(raw).get("engine_version") if raw else None
+    except ValueError:
+        recorded = None
+    now = c.facts.engine_version
+    if recorded is not None and recorded != now:
+        raise HostError(
+            f"{s.name}: release {c.release.run_id} was made with {c.distribution} {recorded}; "
+            f"the host now has {now or 'none'}",
+            host=s.name,
+            fix=f"nothing was stopped; install {c.distribution}=={recorded} in {c.python}, "
+            "or deploy the profile again on this engine",
+        )
+
+
+def prove(c: Change) -> None:
+    """The release proven as it will start, before anything stops (flows/prove.py): the engine and
+    its parser, the launch's paths, the root's room, the GPUs, the secrets. A failure names its checks."""
+    s = c.session
+    found = proving.unset_secrets(c.secrets, s.ctx.secrets_env)
+    if s.platform.on_host and c.engine is not None and c.profile is not None:
+        s.progress("proving the release on the host")
+        pinned = c.profile.engine.version if c.engine.pins_installed_version() else ""
+        c.proof = proving.run(s.transport, c.engine, release_dir=c.release.dir, root=s.root, pinned=pinned)
+        found += proving.problems(c.proof, python=c.python, engine_name=c.engine.name)
+        strangers = proving.strangers_on_gpus(c.proof, set(c.running.values()))
+        if strangers:
+            s.note(f"warning: the GPUs run {', '.join(strangers)}, none of them a server of {s.profile}")
+        s.ctx.on_event(s.name, {"event": "proved", **c.proof.to_dict()})
+    if found:
+        raise HostError(
+            f"{s.name}: release {c.release.run_id} not proven: " + "; ".join(f"{p.check}: {p.message}" for p in found),
+            host=s.name,
+            fix="nothing was stopped; " + found[0].fix,
         )
 
 
@@ -197,7 +303,8 @@ def materialise(c: Change) -> None:
 
 
 def stop_previous(c: Change) -> Undo | None:
-    """Stop every server of the profile; the undo starts `current` again if it was running. A
+    """Stop every server of the profile; the undo starts `current` again only if its server was
+    running (`Change.ran`: a `current` whose server was dead is not started as a "restore"). A
     rolling platform stops only strays: neither `current`'s server nor the release's own."""
     s = c.session
     if s.platform.rolling:
@@ -214,8 +321,10 @@ def stop_previous(c: Change) -> Undo | None:
         stopped = s.platform.stop_running(s.root, profile)
         if profile == s.profile:
             c.stopped = stopped
-    previous = c.previous
+    previous = c.ran
     if previous is None or previous not in c.stopped:
+        if c.previous is not None and c.previous != previous:
+            s.note(f"{c.before()}: a failure from here restores nothing")
         return None
     return lambda: restore(s, previous)
 
@@ -250,7 +359,9 @@ def start(c: Change) -> Undo | None:
         c.handle = c.running[c.release.run_id]
         return None
     if s.platform.on_host and c.facts is not None and c.facts.port_free is False:  # ours held it: it must be free now
-        again = host_facts.gather(s.transport, python=c.python, root=s.root, port=c.port, distribution=c.distribution)
+        again = host_facts.gather(
+            s.transport, python=c.python, root=s.root, port=c.port, distribution=c.distribution, address=c.address
+        )
         if again.port_free is False:
             raise HostError(
                 f"{s.name}: port {c.port} is in use by something other than {s.profile}",

@@ -31,7 +31,7 @@ from specctl.flows.rollback import rollback, rollback_nodes
 from specctl.flows.session import Context, HostSession, error_text
 from specctl.flows.static import CheckReport, plan
 from specctl.flows.steps import Walk
-from specctl.flows.verify import verify_and_record
+from specctl.flows.verify import ServerUnreachable, verify_and_record
 from specctl.hosts.group import run_group
 from specctl.hosts.inventory import HostSpec
 from specctl.plan.findings import Severity
@@ -111,7 +111,7 @@ class Deploy:
     gate: NodeGate | None  # multi-node only
     stage: bool = True  # False: the engine downloads Hub checkpoints itself when it starts (after the stop)
     stage_gate: StageGate | None = None  # with Hub checkpoints to stage: every host stages before any stops
-    previous: dict[str, str | None] = field(default_factory=dict)  # host -> what `current` named when it began
+    previous: dict[str, str | None] = field(default_factory=dict)  # host -> what ran (`Change.ran`) when it began
 
     def host(self, rank: int, session: HostSession) -> HostReport:
         """One host's deploy, start to end, under its lock (held until the run's copy is kept)."""
@@ -149,11 +149,12 @@ class Deploy:
                 + "".join(f"; {error}" for error in walk.undo_errors),
                 rolled_back=True,
             )
-        self.previous[session.name] = change.previous
+        self.previous[session.name] = change.ran
         ready = f"ready in {change.startup_s:.1f} s" if change.startup_s is not None else f"node rank {rank}"
         result = HostReport(session.name, True, self.rec.run_id, ready)
+        result.time_limit = session.platform.time_limit(change.release)
         if self.run_verify and rank == 0:
-            self.verify(session, result, change.previous)
+            self.verify(session, result, change)
         elif not self.run_verify:
             change.release.update_record(verification=Verification("skipped", self.rec.run_id, now()))
         if result.passed or not self.run_verify:
@@ -208,11 +209,13 @@ class Deploy:
         detail = error_text(failure) + "".join(f"; {note}" for note in getattr(failure, "__notes__", ()))
         if (
             change is not None
-            and change.previous
-            and change.previous in change.stopped
+            and change.ran
+            and change.ran in change.stopped
             and not getattr(failure, "__notes__", None)
         ):
-            detail += f"; restored {change.previous}"
+            detail += f"; restored {change.ran}"
+        elif change is not None and change.facts is not None and change.previous and not change.ran:
+            detail += f"; nothing restored: {change.before()}"
         self.rec.host(session.name, release=None, verdict={"passed": False, "error": detail}, passed=False)
         return HostReport(
             session.name,
@@ -223,11 +226,13 @@ class Deploy:
             fix=getattr(failure, "fix", None),
         )
 
-    def verify(self, session: HostSession, result: HostReport, previous: str | None) -> None:
-        """Verify, then keep the release, or put back exactly the release that was current when the deploy
-        began (`previous`), verified or not, as Helm's --atomic does (a multi-node release is put back
+    def verify(self, session: HostSession, result: HostReport, change: Change) -> None:
+        """Verify, then keep the release, or put back exactly the release that was running when the deploy
+        began (`Change.ran`), verified or not, as Helm's --atomic does (a multi-node release is put back
         on every rank at once: `restore_nodes`). With none there is nothing to put back: the failed
-        release keeps serving, and the result says so."""
+        release keeps serving, and the result says so, naming what `current` held. A verify that reaches
+        no server of the new release is a failed start, not a verdict (`_failed_start`)."""
+        previous = change.ran
         try:
             verdict = verify_and_record(
                 self.rec, session, self.rec.run_id, report=self.report, baseline_mode=self.baseline_mode
@@ -235,6 +240,13 @@ class Deploy:
             result.verdict = verdict.to_dict()
         except Cancelled:
             raise
+        except ServerUnreachable as exc:
+            if self.gate is None:  # multi-node: every rank is put back at once (restore_nodes)
+                self._failed_start(session, result, change, exc)
+                return
+            result.detail += f"; verify could not run: {error_text(exc)}"
+            result.verdict = {"passed": False, "error": error_text(exc)}
+            self.rec.host(session.name, release=self.rec.run_id, verdict=result.verdict, passed=False)
         except Exception as exc:  # noqa: BLE001 - a release that cannot be verified is not kept
             result.detail += f"; verify could not run: {error_text(exc)}"
             result.verdict = {"passed": False, "error": error_text(exc)}
@@ -242,17 +254,49 @@ class Deploy:
         if result.passed or not self.auto_rollback or self.gate is not None:
             return
         if previous is None:
-            result.detail += "; verify FAILED and no release served before this deploy: it keeps serving"
+            result.detail += (
+                "; verify FAILED and no release served before this deploy"
+                + (f" ({change.before()})" if change.previous is not None else "")
+                + ": it keeps serving"
+            )
             return
-        session.note(f"verify failed: restoring {previous}, which served before")
+        self._restore(session, result, previous, "verify FAILED")
+
+    def _restore(self, session: HostSession, result: HostReport, previous: str, why: str) -> None:
+        """Put back the release that ran before (a rollback run, child of this one), or say why not."""
+        session.note(f"{why}: restoring {previous}, which served before")
         try:
             back = rollback(
                 self.ctx, session.spec, session.profile, to_run=previous, parent=self.rec.run_id, report=self.report
             )
         except (InputError, HostError) as exc:  # a host lost for good is said in its row, not raised past the others
-            result.detail += f"; verify FAILED and {previous} could not be restored: {exc.message}"
+            result.detail += f"; {why} and {previous} could not be restored: {exc.message}"
             return
         result.rolled_back_to, result.rollback_verdict = back.rolled_back_to, back.rollback_verdict
+
+    def _failed_start(self, session: HostSession, result: HostReport, change: Change, exc: ServerUnreachable) -> None:
+        """The new server answered readiness, then verify reached it no more: the start failed (exit 3),
+        whatever --no-rollback says (a failed start is always undone, as one caught at `ready` is). Its
+        record says failed-start with no verification (nothing was measured); what ran before is put
+        back, and nothing is claimed restored when nothing ran."""
+        result.ok = False
+        result.detail += f"; a failed start: {error_text(exc)}"
+        result.fix = exc.fix
+        result.verdict = {"passed": False, "error": error_text(exc)}
+        self.rec.host(session.name, release=self.rec.run_id, verdict=result.verdict, passed=False)
+        previous = change.ran
+        if previous is not None:
+            self._restore(session, result, previous, "its server stopped answering")
+        else:
+            try:
+                session.platform.stop(change.release)  # a hung server must not outlive its failed start
+            except HostError as failed:
+                result.detail += f"; it could not be stopped: {failed.message}"
+            result.detail += f"; nothing restored: {change.before()}"
+        try:
+            change.release.update_record(life="failed-start")
+        except HostError as failed:
+            result.detail += f"; could not record it as failed-start: {failed.message}"
 
     def restore_nodes(self, hosts: Sequence[HostSpec], reports: dict[str, HostReport]) -> None:
         """Multi-node: node rank 0's verify failed (every rank is up): every rank's record says so, and

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from specctl.engines import get_engine
-from specctl.errors import InputError
+from specctl.errors import HostError, InputError
 from specctl.facts import host as host_facts
 from specctl.flows.baseline import baseline_for
 from specctl.flows.prompts import release_prompts
@@ -27,11 +27,50 @@ from specctl.plan.host_checks import check_host
 from specctl.release.record import Verification, gate_intervals, now
 from specctl.verdict import gates as gate
 from specctl.verdict.client import EngineClient
-from specctl.verdict.engine_errors import EngineHTTPError
+from specctl.verdict.engine_errors import EngineAnswerError, EngineHTTPError
 from specctl.verdict.measure import warm_up
 from specctl.verdict.points import Baseline, PointResult, measure_points, measurements_dict
 
 REQUEST_DEADLINE_S = 600.0  # one request of the workload, start to finish
+
+
+class ServerUnreachable(HostError):
+    """Raised when verify reached no server (refused, reset, closed unanswered, or no answer within
+    its deadline: a crashed server, a killed process, a job that timed out). Nothing was measured, so
+    nothing is recorded about the release: exit 3, and the ledger run is `unreachable`, not `failed`."""
+
+    def __init__(self, message: str, *, host: str, release: str, fix: str | None = None) -> None:
+        super().__init__(message, host=host, fix=fix)
+        self.release = release
+
+
+def not_reached(exc: EngineHTTPError) -> bool:
+    """Whether a request got no answer at all from the server (as opposed to an error status or a
+    malformed answer, which the server gave: those are verdicts on it)."""
+    return exc.status is None and not isinstance(exc, EngineAnswerError)
+
+
+def _unreachable(session: HostSession, run_id: str, exc: EngineHTTPError, during: str) -> ServerUnreachable:
+    """The error for a server that did not answer, saying whether its process (or job) is still seen
+    running, and why it ended where the platform says; what could not be looked at is said as such."""
+    try:
+        running = any(s.release == run_id for s in session.platform.servers(session.base))
+        ended = None if running else session.platform.ended(session.release(run_id))
+        seen = (
+            "its server is still running but does not answer"
+            if running
+            else "its server is not running" + (f" ({ended})" if ended else "")
+        )
+    except HostError as failed:
+        seen = f"whether its server runs could not be seen ({failed.message})"
+    return ServerUnreachable(
+        f"{session.name}: verify reached no server of release {run_id} {during}: {exc.message}; {seen}. "
+        "Nothing was measured: its record is unchanged",
+        host=session.name,
+        release=run_id,
+        fix="see `specctl status` and `specctl logs`; start it again with `specctl rollback --to "
+        f"{run_id}`, or deploy again",
+    )
 
 
 @dataclass
@@ -138,6 +177,8 @@ def verify_release(session: HostSession, run_id: str, *, baseline: tuple[str, Ba
     try:
         info = client.server_info(path=contract.server_info_path)
     except EngineHTTPError as exc:
+        if not_reached(exc):
+            raise _unreachable(session, run_id, exc, "before measuring") from None
         verdict.drift = [{"field": "server", "expected": "answering", "reported": exc.message}]
         return verdict
     expected = engine.expected_server_args(
@@ -155,17 +196,22 @@ def verify_release(session: HostSession, run_id: str, *, baseline: tuple[str, Ba
     )
     prompts = release_prompts(session.release(run_id), docs, engine, ids=v.stream)
     verdict.route = prompts.route + (" (streamed)" if v.stream else "")
-    warm_up(client, prompts, max_new_tokens=v.max_new_tokens, temperature=v.temperature)
-    verdict.points = measure_points(
-        client,
-        prompts,
-        v,
-        baseline=baseline[1] if baseline else None,
-        eagle_topk=profile.speculative.eagle_topk,
-        no_counters=no_counters,
-        progress=session.progress,
-        cancelled=lambda: cancel.cancelled,
-    )
+    try:
+        warm_up(client, prompts, max_new_tokens=v.max_new_tokens, temperature=v.temperature)
+        verdict.points = measure_points(
+            client,
+            prompts,
+            v,
+            baseline=baseline[1] if baseline else None,
+            eagle_topk=profile.speculative.eagle_topk,
+            no_counters=no_counters,
+            progress=session.progress,
+            cancelled=lambda: cancel.cancelled,
+        )
+    except EngineHTTPError as exc:
+        if not_reached(exc):  # it answered server_info, then stopped answering: half a measurement is none
+            raise _unreachable(session, run_id, exc, "during the measurement") from None
+        raise
     cancel.check()
     return verdict
 
@@ -254,12 +300,24 @@ def verify(
                     reports[h.name] = HostReport(h.name, False, None, error_text(group.errors[h.name])).timed(
                         group.seconds.get(h.name)
                     )
-            rec.outcome.status = "succeeded" if all(r.passed for r in reports.values()) else "failed"
+            rec.outcome.status = _status(reports, group.errors)
             rec.outcome.verdict = {
-                "passed": rec.outcome.status == "succeeded",
+                "passed": None if rec.outcome.status == "unreachable" else rec.outcome.status == "succeeded",
                 "hosts": {h: r.verdict for h, r in reports.items()},
             }
         rec.keep_all([(sessions[h.name], reports[h.name].release) for h in hosts])
     finally:
         let_go_all(list(sessions.values()))  # stopped before the keep: no lock stays behind
     return [reports[h.name] for h in hosts]
+
+
+def _status(reports: dict[str, HostReport], errors: dict[str, BaseException]) -> str:
+    """The run's status: `failed` when a host's verdict failed or another error stopped a host;
+    `unreachable` when every host that judged nothing reached no server (and no verdict failed), so
+    no verdict was given; `succeeded` when every host passed."""
+    if all(r.passed for r in reports.values()):
+        return "succeeded"
+    judged_failed = any(r.ok and not r.passed for r in reports.values())
+    if not judged_failed and errors and all(isinstance(e, ServerUnreachable) for e in errors.values()):
+        return "unreachable"
+    return "failed"

@@ -1,7 +1,8 @@
 """The run ledger: local-first SQLite, one transaction per state change.
 
 Every deploy, verify, baseline, rollback and unlock is a row in `runs`, opened as `running` and
-closed as succeeded, failed or killed; what happened on each host is a row in `run_hosts`. The
+closed as succeeded, failed, killed or unreachable (a verify that reached no server: it judged
+nothing); what happened on each host is a row in `run_hosts`. The
 schema is versioned with `PRAGMA user_version` and moved forward by `MIGRATIONS`, never edited in
 place. A run left `running` by a process that no longer exists is closed as killed when the ledger
 is next opened.

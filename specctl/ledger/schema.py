@@ -4,7 +4,10 @@ ledger file forward (`PRAGMA user_version` is how many have run), never edited i
 from __future__ import annotations
 
 KINDS = ("deploy", "verify", "baseline", "rollback", "unlock", "tune", "stage", "watch")
-STATUSES = ("running", "succeeded", "failed", "killed")
+# unreachable: a verify that reached no server (nothing measured, no release record changed): not a
+# verdict, so not `failed`. The column is plain TEXT: a new status needs no migration, and an older
+# specctl reads it as the word it is.
+STATUSES = ("running", "succeeded", "failed", "killed", "unreachable")
 EVENTS = ("began", "ended", "failed", "undone", "undo-failed")
 
 MIGRATIONS: tuple[str, ...] = (

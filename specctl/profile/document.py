@@ -33,6 +33,7 @@ from specctl.profile._yaml import (
 )
 
 API_VERSION = "specctl/v1"
+YAML_SUFFIXES = (".yaml", ".yml")  # what `extends:` may name: another document, never any file
 MAX_EXTENDS_DEPTH = 16  # files in one extends chain; real chains have two or three
 M = TypeVar("M", bound=BaseModel)
 
@@ -140,11 +141,39 @@ def _resolve(
                 )
             ]
         )
+    _parent(doc, extends, base_path, kind)
     base, base_positions, base_lines, chain = _resolve(base_path, kind, (*seen, real))
     merged = _merge(base, data)
     positions = {p: pos for p, pos in base_positions.items() if not _replaced(p, data)}
     positions.update(doc.positions)
     return merged, positions, {**base_lines, **lines}, (path, *chain)
+
+
+def _parent(doc: YamlDocument, extends: str, base_path: Path, kind: str) -> None:
+    """Refuse an `extends:` target that is not a YAML document of `kind`, by its name (.yaml or .yml)
+    and by its content (a YAML mapping with this apiVersion and kind), before it is merged. The error
+    never quotes the refused file: `extends: /etc/shadow` must not print a line of it."""
+    where = f"extends target {extends!r} ({printable(str(base_path))})"
+    fix = (
+        f"name a {kind} file (.yaml or .yml, `apiVersion: {API_VERSION}`, `kind: {kind}`);"
+        " the path is relative to this file"
+    )
+    if base_path.suffix.lower() not in YAML_SUFFIXES:
+        raise DocumentError(
+            [_at(doc, ("extends",), f"{where} is not a YAML file (its name ends neither in .yaml nor .yml)", fix)]
+        )
+    try:
+        data = load_yaml(base_path).data
+    except DocumentError:
+        why = "it is not readable UTF-8 YAML"
+    else:
+        if not isinstance(data, dict):
+            why = "it is not a YAML mapping"
+        elif data.get("apiVersion") != API_VERSION or data.get("kind") != kind:
+            why = f"it is not a {kind} (apiVersion {API_VERSION}, kind {kind})"
+        else:
+            return
+    raise DocumentError([_at(doc, ("extends",), f"{where} is refused: {why}; its content is not shown", fix)])
 
 
 def _header(doc: YamlDocument, kind: str) -> dict[str, Any]:

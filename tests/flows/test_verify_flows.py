@@ -6,6 +6,9 @@ is measured in tests/integration/test_verify.py and tests/test_demo.py."""
 from __future__ import annotations
 
 import json
+import os
+import signal
+import time
 from pathlib import Path
 from typing import Any
 
@@ -249,3 +252,74 @@ def test_for_people_one_hosts_gates_then_the_recap_and_a_rollback_says_its_verdi
     assert second.stdout.count("local: tiny-llama-demo v1 release") == 1
     back = cli("rollback", local["v1"], "--to", bad)
     assert back.stdout.count("local: tiny-llama-demo v") == 1, back.stdout  # its verdict once
+
+
+def kill_server(fake_engine: Any, release: str) -> None:
+    """SIGKILL the double's server of `release` (a crashed server) and wait until it stops answering."""
+    servers = [s for s in fake_engine.started(release=release) if s.alive]
+    assert servers, f"no live server of {release}"
+    for server in servers:
+        os.kill(server.pid, signal.SIGKILL)
+    deadline = time.monotonic() + 10
+    while any(s.alive for s in servers) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert not any(s.alive for s in servers)
+
+
+def test_verify_on_a_killed_server_exits_3_and_records_nothing_about_the_release(
+    cli: Any, local: dict[str, Any], fake_engine: Any
+) -> None:
+    """Issue 34: a verified release whose server crashed stays verified (rollback may pick it again);
+    the verify run is `unreachable`, judged nothing, exit 3."""
+    good = cli("--json", "deploy", local["v1"]).json()["hosts"][0]["release"]
+    assert record(local, good) == ("serving", "verified")
+    kill_server(fake_engine, good)
+    done = cli("--json", "verify", local["v1"], "--baseline", "skip")
+    assert done.code == 3, done.stdout + done.stderr
+    [host] = done.json()["hosts"]
+    assert not host["ok"] and "reached no server" in host["detail"] and "its server is not running" in host["detail"]
+    assert record(local, good) == ("serving", "verified")
+    last = cli("--json", "runs").json()["runs"][-1]
+    assert (last["kind"], last["status"], last["passed"]) == ("verify", "unreachable", None)
+    assert "unreachable" in cli("runs").stdout
+
+
+def test_a_deploy_over_a_current_whose_server_is_dead_does_not_claim_to_restore_it(
+    cli: Any, local: dict[str, Any], fake_engine: Any
+) -> None:
+    """`current` names v1, whose server crashed: v2 fails its gate, and nothing ran before it to put
+    back: v1 is not started as a "restore", and the result names what `current` held."""
+    good = cli("--json", "deploy", local["v1"]).json()["hosts"][0]["release"]
+    kill_server(fake_engine, good)
+    failed = cli("--json", "deploy", local["v2"], "--skip-check", "--baseline", "skip")
+    assert failed.code == 1, failed.stdout + failed.stderr
+    [host] = failed.json()["hosts"]
+    assert not host["rolled_back_to"] and f"current named {good}, whose server was not running" in host["detail"]
+    assert len(fake_engine.started(release=good)) == 1  # never started again
+    assert link(local) == host["release"] and record(local, good)[1] == "verified"
+
+
+def test_a_deploy_whose_new_server_dies_before_verify_is_a_failed_start(
+    cli: Any, local: dict[str, Any], fake_engine: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ready, then gone when verify asks: not a verdict on the release (its verification stays none),
+    a failed start (exit 3); what ran before is put back and verified again."""
+    import specctl.flows.deploy as deploy_flow
+
+    good = cli("--json", "deploy", local["v1"]).json()["hosts"][0]["release"]
+    real = deploy_flow.verify_and_record
+
+    def crash_first(rec: Any, session: Any, run_id: str, **options: Any) -> Any:
+        kill_server(fake_engine, run_id)
+        return real(rec, session, run_id, **options)
+
+    monkeypatch.setattr(deploy_flow, "verify_and_record", crash_first)
+    v3 = write_profile(local["profiles"] / "tiny-llama-v3.yaml", "tiny-llama-v1.yaml", 3)
+    done = cli("--json", "deploy", str(v3), "--skip-check", "--baseline", "skip")
+    assert done.code == 3, done.stdout + done.stderr
+    [host] = done.json()["hosts"]
+    assert "a failed start" in host["detail"] and host["rolled_back_to"] == good
+    assert link(local) == good and record(local, good) == ("serving", "verified")
+    runs = cli("--json", "runs", "--kind", "deploy").json()["runs"]
+    new = runs[-1]["id"]
+    assert record(local, new) == ("failed-start", "none")

@@ -382,3 +382,31 @@ def test_engine_host_is_an_address_or_a_host_name(cli: Any, tmp_path: Path, host
 @pytest.mark.parametrize("host", ['"0.0.0.0"', '"::"', "127.0.0.1", "node-1.example.com", "localhost", '"fe80::1"'])
 def test_engine_host_takes_addresses_and_names(tmp_path: Path, host: str) -> None:
     assert load_profile(write(tmp_path, GOOD.replace(ENGINE, ENGINE + f"  host: {host}\n"))).model.engine.host
+
+
+SECRET = "s3cr3t-hash-4f9a2c"
+
+
+@pytest.mark.parametrize(
+    ("name", "content", "said"),
+    [
+        ("shadow", f"root:$6${SECRET}:19000:0:99999:7:::\n", "is not a YAML file"),
+        ("secrets.txt", f"token = {SECRET}\n", "is not a YAML file"),
+        ("notes.yaml", f"password: {SECRET}\n", "it is not a Profile"),
+        ("list.yml", f"- {SECRET}\n", "it is not a YAML mapping"),
+        ("broken.yaml", f"key: [{SECRET}\n", "it is not readable UTF-8 YAML"),
+        ("manifest.yaml", f"apiVersion: specctl/v1\nkind: DrafterManifest\nnote: {SECRET}\n", "it is not a Profile"),
+    ],
+)
+def test_extends_of_a_file_that_is_not_a_yaml_profile_is_refused_without_quoting_it(
+    cli: Any, tmp_path: Path, name: str, content: str, said: str
+) -> None:
+    """Issue 34: `extends:` reads YAML profiles only; a refused file's content is never printed (an
+    `extends: /etc/shadow` must not show a line of it), in the error for people or under --json."""
+    (tmp_path / name).write_text(content)
+    child = write(tmp_path, HEADER + f"extends: {name}\n", "child.yaml")
+    p = one_problem(cli, "validate", str(child))
+    assert (p["file"], p["line"], p["field"]) == (str(child), 3, "extends") and said in p["message"], p
+    for args in (("--json", "validate", str(child)), ("validate", str(child)), ("check", str(child))):
+        shown = cli(*args)
+        assert shown.code == 2 and SECRET not in shown.stdout + shown.stderr, shown.stdout + shown.stderr
