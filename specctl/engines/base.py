@@ -335,6 +335,15 @@ class Engine(Protocol):
         """Whether the installed distribution's version must equal the profile's engine version."""
         ...
 
+    def prove_script(self) -> Path:
+        """A self-contained file a host's engine interpreter runs as `PYTHON -c SOURCE VERSION WORD...`
+        before anything stops (a deploy's `prove`): WORD... is a release's launch argv after the
+        interpreter, VERSION the version the installed engine must be ("": none pinned). It prints one
+        JSON line {"version": installed or null, "check": null or what failed ("engine-import",
+        "engine-version", "engine-parse"), "error": the engine's own words}: the engine imports, at
+        VERSION, and its own launch parser accepts the flags."""
+        ...
+
     def container_image(self, version: str) -> str | None:
         """The engine's own published container image for a version (None: it publishes none)."""
         ...

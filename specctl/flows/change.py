@@ -284,9 +284,11 @@ def stage(c: Change) -> None:
     c.staged = {x.repo: x for x in done}
     fetched = sum(x.fetched for x in done)
     unverified = [x for x in done if not x.verified]
+    refetched = [x for x in done if x.refetched]  # at their size in the cache, other bytes: fetched again
     s.note(
         f"staged {len(done)} checkpoint(s)"
-        + (f", fetched {staging.size_text(fetched)}" if fetched else ", nothing to fetch")
+        + (f", fetched {staging.size_text(fetched)}" if fetched else "" if refetched else ", nothing to fetch")
+        + "".join(f"; {x.repo}: {x.refetch_text()}" for x in refetched)
         + "".join(f"; {x.repo}: content unverified ({x.unverified})" for x in unverified)
     )
     s.ctx.on_event(s.name, {"event": "staged", "checkpoints": [x.to_dict() for x in done]})

@@ -114,3 +114,83 @@ def test_a_deploy_stopped_after_its_hosts_leaves_no_lock(
     result = cli("--json", "deploy", local["v2"], "--skip-check", "--no-verify", *local["common"])
     assert result.code != 0 and "injected failure before the keep" in result.stderr
     assert not (local["root"] / "lock").exists()
+
+
+# --- prove, then stop: a release that cannot start is refused before the serving one stops -------------------
+
+
+def _serving_pid(local: dict[str, Any]) -> int:
+    pid = int((local["root"] / "releases" / local["good"] / "server.pid").read_text())
+    os.kill(pid, 0)  # alive
+    return pid
+
+
+def _refused_before_the_stop(local: dict[str, Any], cli: Any, profile: Path, step: str, *words: str) -> str:
+    """Deploy `profile`: exit 3 at `step`, nothing stopped, `current` and the serving pid unchanged."""
+    pid = _serving_pid(local)
+    result = cli("--json", "deploy", str(profile), "--skip-check", "--no-verify", *local["common"])
+    assert result.code == 3, result.stdout + result.stderr
+    [row] = result.json()["hosts"]
+    assert not row["ok"] and all(w in row["detail"] for w in words), row["detail"]
+    assert _serving_pid(local) == pid
+    assert os.readlink(local["root"] / "current").rsplit("/", 1)[-1] == local["good"]
+    run = cli("--json", "runs", "--kind", "deploy", *local["common"]).json()["runs"][-1]["id"]
+    events = {(e["step"], e["event"]) for e in cli("--json", "show", run, *local["common"]).json()["events"]}
+    assert (step, "failed") in events and not any(s == "stop-previous" for s, _ in events), events
+    return str(row["detail"])
+
+
+def test_a_missing_engine_python_fails_preflight_before_anything_stops(local: dict[str, Any], cli: Any) -> None:
+    from tests.fakes.inputs import write_profile
+
+    v3 = write_profile(Path(local["v1"]).parent / "v3.yaml", local["v1"], 3, engine={"python": "/nonexistent/bin/python3"})
+    _refused_before_the_stop(local, cli, v3, "preflight", "host-python", "/nonexistent/bin/python3")
+
+
+def test_an_unset_secret_fails_prove_naming_it(local: dict[str, Any], cli: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    from tests.fakes.inputs import write_profile
+
+    monkeypatch.delenv("SPECCTL_TEST_UNSET_SECRET", raising=False)
+    v3 = write_profile(Path(local["v1"]).parent / "v3.yaml", local["v1"], 3, secrets=["SPECCTL_TEST_UNSET_SECRET"])
+    detail = _refused_before_the_stop(local, cli, v3, "prove", "secret", "SPECCTL_TEST_UNSET_SECRET")
+    assert "not set" in detail
+
+
+def test_an_argv_the_engines_parser_refuses_fails_prove(local: dict[str, Any], cli: Any) -> None:
+    from tests.fakes.inputs import write_profile
+
+    v3 = write_profile(Path(local["v1"]).parent / "v3.yaml", local["v1"], 3, engine={"args": {"no-such-flag": 1}})
+    _refused_before_the_stop(local, cli, v3, "prove", "engine-parse", "--no-such-flag")
+
+
+def test_a_port_on_engine_host_held_by_a_stranger_fails_preflight(local: dict[str, Any], cli: Any) -> None:
+    import socket
+
+    from tests.fakes.inputs import write_profile
+
+    with socket.socket() as stranger:
+        stranger.bind(("127.0.0.1", 0))
+        stranger.listen()
+        port = stranger.getsockname()[1]
+        v3 = write_profile(Path(local["v1"]).parent / "v3.yaml", local["v1"], 3, engine={"port": port})
+        _refused_before_the_stop(local, cli, v3, "preflight", f"port {port} on 127.0.0.1")
+
+
+def test_a_rollback_to_a_release_whose_engine_changed_is_refused_before_the_stop(
+    local: dict[str, Any], cli: Any
+) -> None:
+    import json
+
+    second = cli("--json", "deploy", local["v1"], "--no-verify", *local["common"])
+    assert second.code == 0, second.stdout + second.stderr
+    newer = second.json()["hosts"][0]["release"]
+    facts = local["root"] / "releases" / local["good"] / "host-facts.json"
+    data = json.loads(facts.read_text())
+    data["engine_version"] = "0.0.1-before-the-upgrade"
+    facts.write_text(json.dumps(data))
+    pid = int((local["root"] / "releases" / newer / "server.pid").read_text())
+    result = cli("--json", "rollback", local["v1"], "--to", local["good"], *local["common"])
+    assert result.code == 3, result.stdout + result.stderr
+    assert "0.0.1-before-the-upgrade" in result.stdout + result.stderr
+    os.kill(pid, 0)
+    assert os.readlink(local["root"] / "current").rsplit("/", 1)[-1] == newer

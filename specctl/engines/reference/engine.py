@@ -28,6 +28,9 @@ class ReferenceEngine(SGLangEngine):
     def pins_installed_version(self) -> bool:
         return False  # it emulates the version named by --emulate-sglang-version; drift checks what it reports
 
+    def prove_script(self) -> Path:
+        return Path(__file__).parent / "_prove_host.py"  # its own launch parser, not sglang's
+
     def build_script(self) -> Path | None:
         return None  # it emulates sglang's rules from specctl's own table: there is no host build to ask
 

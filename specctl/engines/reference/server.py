@@ -210,8 +210,10 @@ def serve(args: argparse.Namespace, launch_command: str) -> None:
     uvicorn.Server(config).run(sockets=[listener])
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
+def parse_args(argv: Sequence[str]) -> argparse.Namespace:
+    """The launch flags as the engine takes them, or the parser's error (argparse's exit 2 and its
+    message): what `main` starts from, and what a deploy's proof asks before anything stops."""
+    argv = list(argv)
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.tp_size != 1:
@@ -233,6 +235,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     ):
         flags = [f for f in ("--speculative-adaptive", "--speculative-adaptive-config") if f in argv]
         parser.error(f"unrecognized arguments: {' '.join(flags)}")  # as the emulated release's own parser says
+    return args
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = parse_args(argv)
     nodes = rendezvous(args)
     try:
         serve(args, " ".join(["python", "-m", "specctl.engines.reference", *argv]))

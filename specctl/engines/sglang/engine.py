@@ -366,6 +366,9 @@ class SGLangEngine:
     def build_script(self) -> Path | None:
         return Path(__file__).parent / "build.py"
 
+    def prove_script(self) -> Path:
+        return Path(__file__).parent / "probe.py"  # with arguments, it proves a release (see its docstring)
+
     def chat_ids_command(self, python: str, argv: Sequence[str]) -> list[str]:
         """The tokenizer sglang's chat endpoint uses: --tokenizer-path, else --model-path, at --revision."""
         flags = _flag_values(argv)

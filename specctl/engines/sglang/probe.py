@@ -18,6 +18,10 @@ weights, no GPU); `requested` is the `layers_to_capture` list it writes, `marked
 flags when it marks layers instead. Parse: the rendered launch flags go through
 `ServerArgs.add_cli_args` and `ServerArgs.from_cli_args`, the parser's error text is kept.
 Only the model module of the asked architecture and the server-args module are imported.
+
+Run with arguments, `PYTHON -c PROBE VERSION WORD...`, it is a release's proof before anything stops
+(`prove`): the launch argv's flags through the same parser, and the installed version against VERSION;
+one JSON line {"version", "check", "error"} on stdout.
 """
 
 from __future__ import annotations
@@ -268,12 +272,40 @@ def answer(request: dict[str, Any]) -> dict[str, Any]:
     return result
 
 
+def prove(pinned: str, words: list[str]) -> dict[str, Any]:
+    """A release's proof before anything stops (`PYTHON -c PROBE VERSION WORD...`): sglang imports, at
+    `pinned` when one is given, and its own parser accepts the launch flags `words` (the launch argv
+    after the interpreter). `check` names the first that fails, None when all hold."""
+    found = engine_version()
+    if found is None:
+        return {"version": None, "check": "engine-import", "error": "sglang is not installed for this interpreter"}
+    if pinned and found != pinned:
+        return {"version": found, "check": "engine-version", "error": f"sglang is {found}, the release pins {pinned}"}
+    flags = words[2:] if words[:2] == ["-m", "sglang.launch_server"] else words
+    try:
+        [answer] = parse([flags])
+    except Exception as exc:  # noqa: BLE001 - the parser's module does not import: the engine is broken
+        return {"version": found, "check": "engine-import", "error": f"{type(exc).__name__}: {exc}"}
+    if not answer["ok"]:
+        return {"version": found, "check": "engine-parse", "error": answer["error"]}
+    return {"version": found, "check": None, "error": None}
+
+
 def main() -> int:
     import logging
     import warnings
 
     warnings.simplefilter("ignore")
     logging.disable(logging.WARNING)
+    if len(sys.argv) > 1:  # a prove: the pinned version and the launch argv as arguments, nothing on stdin
+        out = sys.stdout
+        sys.stdout = sys.stderr
+        try:
+            proved = prove(sys.argv[1], sys.argv[2:])
+        finally:
+            sys.stdout = out
+        out.write(json.dumps(proved) + "\n")
+        return 0
     request = json.loads(sys.stdin.read() or "{}")
     out = sys.stdout
     sys.stdout = sys.stderr  # engine imports may print; keep stdout for the one JSON answer

@@ -1,0 +1,223 @@
+"""The proof of a release before anything serving stops: the release run on its host as it will
+start, its launch script with the final `exec` replaced by the checks, in one bounded command.
+
+What the command proves: the interpreter runs; the engine imports at the pinned version and its
+own launch parser accepts the flags (the engine's `prove_script`); every absolute path the launch
+names exists (the interpreter, model paths, the drafter overlay); the state root has room
+(ROOM_MARGIN_MIB); and which compute processes hold the GPUs. The caller adds what needs no host:
+every name in `secrets:` set in the operator's environment. Weights and GPU memory only a start
+proves: that is the undo's work.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from specctl.engines.base import Engine
+from specctl.hosts.transport import Transport
+
+ROOM_MARGIN_MIB = 16  # free space the state root must keep past the release: its server log and records
+ENGINE_LIMIT_S = 120  # the engine's import and parse (sglang imports its server arguments: seconds)
+
+# $1 the release directory (it need not exist: a dry run), $2 the launch script's text ("": the
+# release's own launch.sh), $3 the engine's prove source, $4 the pinned version, $5 the engine's time
+# limit, $6 the state root. Prints `key=value` lines: fail, python, path, engine, gpu_process, room_kib.
+_PROVE = r"""
+dir=$1; launch=$2; check=$3; pin=$4; limit_s=$5; root=$6
+p="$root"; while [ ! -e "$p" ]; do p=$(dirname "$p"); done
+df -Pk "$p" | awk 'NR==2 {print "room_kib=" $4}'
+if command -v nvidia-smi >/dev/null 2>&1; then
+  nvidia-smi --query-compute-apps=pid,process_name --format=csv,noheader 2>/dev/null | while IFS=, read -r pid name; do
+    pg=$(sed 's/.*) //' "/proc/$pid/stat" 2>/dev/null | cut -d' ' -f3)
+    echo "gpu_process=$pid ${pg:--} $name"
+  done
+fi
+if [ -z "$launch" ]; then
+  launch=$(cat "$dir/launch.sh" 2>/dev/null) || { echo "fail=$dir/launch.sh cannot be read"; exit 0; }
+fi
+printf '%s\n' "$launch" | grep -q '^exec ' || { echo "fail=the launch script has no final exec line"; exit 0; }
+prelude='
+p_check=$1; p_pin=$2; p_limit=$3; p_dir=$4
+specctl_prove() {
+  py=$1; shift
+  case $py in */*) [ -x "$py" ] ;; *) command -v "$py" >/dev/null 2>&1 ;; esac || { echo "python=missing"; exit 0; }
+  for w do
+    case $w in --*=/*) q=${w#*=} ;; /*) q=$w ;; *) continue ;; esac
+    if [ ! -d "$p_dir" ]; then case $q in "$p_dir"/*) continue ;; esac; fi  # a dry run: not written yet
+    [ -e "$q" ] || echo "path=$q"
+  done
+  t=""; command -v timeout >/dev/null 2>&1 && t="timeout $p_limit"
+  if out=$($t "$py" -c "$p_check" "$p_pin" "$@" 2>&1); then :; else echo "engine_rc=$?"; fi
+  printf "%s\n" "$out" | tail -n 3 | sed "s/^/engine=/"
+  echo "done=1"
+}
+'
+body=$(printf '%s\n' "$launch" | sed 's/^exec /specctl_prove /')
+SPECCTL_RELEASE_DIR=$dir sh -c "$prelude$body" "$dir/launch.sh" "$check" "$pin" "$limit_s" "$dir"
+"""
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One check that failed: its name, what was seen, and what to do."""
+
+    check: str
+    message: str
+    fix: str
+
+
+@dataclass
+class Proof:
+    """What the proof command saw on one host."""
+
+    host: str
+    failure: str | None = None  # the command could not run the launch script at all
+    python_missing: bool = False
+    engine: dict[str, Any] | None = None  # the engine's answer, or None
+    engine_said: str = ""  # its last lines, when it gave no answer
+    paths: list[str] = field(default_factory=list)  # absolute paths the launch names that do not exist
+    gpu_processes: list[tuple[int, int | None, str]] = field(default_factory=list)  # pid, process group, name
+    room_kib: int | None = None
+    done: bool = False
+    seconds: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "engine": self.engine,
+            "paths_missing": self.paths,
+            "gpu_processes": [{"pid": p, "process_group": g, "name": n} for p, g, n in self.gpu_processes],
+            "room_mib": None if self.room_kib is None else self.room_kib // 1024,
+            "seconds": round(self.seconds, 2),
+        }
+
+
+def command(
+    engine: Engine, *, release_dir: str, root: str, pinned: str, launch: str = "", limit_s: int = ENGINE_LIMIT_S
+) -> list[str]:
+    """The proof as one host command; `launch`: a launch script's text not yet on the host (a dry run)."""
+    source = engine.prove_script().read_text(encoding="utf-8")
+    return ["sh", "-c", _PROVE, "sh", release_dir, launch, source, pinned, str(limit_s), root]
+
+
+def run(transport: Transport, engine: Engine, *, release_dir: str, root: str, pinned: str, launch: str = "") -> Proof:
+    began = time.monotonic()
+    done = transport.run(
+        command(engine, release_dir=release_dir, root=root, pinned=pinned, launch=launch),
+        check=False,
+        timeout_s=ENGINE_LIMIT_S + 30,
+    )
+    proof = read(transport.name, done.stdout)
+    proof.seconds = time.monotonic() - began
+    if not proof.done and proof.failure is None and not proof.python_missing:
+        tail = " | ".join((done.stderr or done.stdout).strip().splitlines()[-2:])
+        proof.failure = f"the proof did not finish (exit {done.rc}{': ' + tail if tail else ''})"
+    return proof
+
+
+def read(host: str, stdout: str) -> Proof:
+    proof = Proof(host)
+    said: list[str] = []
+    for line in stdout.splitlines():
+        key, _, value = line.partition("=")
+        if key == "fail":
+            proof.failure = value
+        elif key == "python":
+            proof.python_missing = True
+        elif key == "path":
+            proof.paths.append(value)
+        elif key == "room_kib" and value.isdigit():
+            proof.room_kib = int(value)
+        elif key == "gpu_process":
+            pid, group, name = (value.split(None, 2) + ["", ""])[:3]
+            if pid.strip().isdigit():
+                proof.gpu_processes.append(
+                    (int(pid), int(group) if group.strip().isdigit() else None, name.strip() or "?")
+                )
+        elif key == "engine":
+            said.append(value)
+        elif key == "done":
+            proof.done = True
+    for text in reversed(said):
+        try:
+            answer = json.loads(text)
+        except ValueError:
+            continue
+        if isinstance(answer, dict) and "check" in answer:
+            proof.engine = answer
+            break
+    if proof.engine is None:
+        proof.engine_said = " | ".join(s for s in said if s.strip())
+    return proof
+
+
+def problems(proof: Proof, *, python: str, engine_name: str, margin_mib: int = ROOM_MARGIN_MIB) -> list[Problem]:
+    """The proof's errors, each naming its check (empty: the release is proven as far as a host can
+    prove it without starting it)."""
+    found: list[Problem] = []
+    if proof.failure is not None:
+        return [Problem("launch", proof.failure, "deploy the profile again: the release on the host is not whole")]
+    if proof.python_missing:
+        return [
+            Problem(
+                "engine-python",
+                f"{python} does not run",
+                "set engine.python to the interpreter the engine is installed in",
+            )
+        ]
+    answer = proof.engine
+    if answer is None:
+        found.append(
+            Problem(
+                "engine-import",
+                f"{python} gave no answer about {engine_name}: {proof.engine_said or 'nothing'}",
+                f"install {engine_name} in {python}, or set engine.python to the interpreter that has it",
+            )
+        )
+    elif answer.get("check"):
+        check, error = str(answer["check"]), str(answer.get("error"))
+        fixes = {
+            "engine-import": f"install {engine_name} in {python}, or set engine.python to the interpreter that has it",
+            "engine-version": f"install the pinned {engine_name} version in {python}, or set engine.version to "
+            "what is installed (and re-check)",
+            "engine-parse": "fix engine.args (specctl check shows which flag), or the engine version",
+        }
+        found.append(Problem(check, f"{engine_name} at {python}: {error}", fixes.get(check, "see the engine's error")))
+    for path in proof.paths:
+        found.append(
+            Problem(
+                "launch-path",
+                f"the launch names {path}, which does not exist on the host",
+                "stage the model (specctl stage) or fix the path in the profile",
+            )
+        )
+    if proof.room_kib is not None and proof.room_kib < margin_mib * 1024:
+        found.append(
+            Problem(
+                "root-room",
+                f"the state root has {proof.room_kib // 1024} MiB free, under the {margin_mib} MiB a release keeps",
+                "free space on the state root's filesystem",
+            )
+        )
+    return found
+
+
+def strangers_on_gpus(proof: Proof, ours: Collection[int]) -> list[str]:
+    """Compute processes on the GPUs that are not in the process group of a server of the profile."""
+    return [f"{name} (pid {pid})" for pid, group, name in proof.gpu_processes if group is None or group not in ours]
+
+
+def unset_secrets(names: Sequence[str], env: Mapping[str, str]) -> list[Problem]:
+    """Each name in `secrets:` that the operator's environment does not set."""
+    return [
+        Problem(
+            "secret",
+            f"{name} is named in secrets: but not set in this environment",
+            f"set {name} (export {name}=...), or drop it from secrets: if the model is public",
+        )
+        for name in names
+        if name not in env
+    ]
