@@ -9,9 +9,10 @@ from typing import Any
 
 from specctl.hosts.transport import Completed, Transport
 
-# $1 python, $2 state root, $3 port, $4 engine distribution. Prints one JSON object per fact line.
+# $1 python, $2 state root, $3 port, $4 engine distribution, $5 the address the server binds
+# (engine.host; none: every interface). Prints one JSON object per fact line.
 _FACTS = r"""
-py="$1"; root="$2"; port="$3"; dist="$4"
+py="$1"; root="$2"; port="$3"; dist="$4"; addr="${5:-}"
 if command -v nvidia-smi >/dev/null 2>&1; then
   nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader,nounits 2>/dev/null | sed 's/^/gpu=/'
   nvidia-smi 2>/dev/null | sed -n 's/.*CUDA Version: *\([0-9.]*\).*/cuda=\1/p' | head -n 1
@@ -19,7 +20,7 @@ fi
 p="$root"; while [ ! -e "$p" ]; do p=$(dirname "$p"); done
 df -Pk "$p" | awk 'NR==2 {print "disk_free_kib=" $4}'
 limit=""; command -v timeout >/dev/null 2>&1 && limit="timeout 15"  # an interpreter that hangs is no answer
-$limit "$py" - "$port" "$dist" <<'PY' 2>/dev/null || echo "python=missing"
+$limit "$py" - "$port" "$dist" "$addr" <<'PY' 2>/dev/null || echo "python=missing"
 import os, socket, sys
 print("python=" + sys.version.split()[0])  # what platform.python_version() says, without importing it
 
@@ -69,10 +70,14 @@ try:
     print("engine=" + engine_version(sys.argv[2]))
 except Exception:  # importlib.metadata.PackageNotFoundError, or metadata it cannot read
     print("engine=missing")
-s = socket.socket()
-s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as servers bind: TIME_WAIT leftovers do not count
-try:
-    s.bind(("0.0.0.0", int(sys.argv[1])))
+addr = sys.argv[3] if len(sys.argv) > 3 else ""
+if not addr.strip("0."):  # the IPv4 wildcard (written once: a fast-tier host rewrites it to its own address)
+    addr = "0.0.0.0"
+try:  # the address the server will bind (engine.host), as it binds it: a name is resolved, v6 is v6
+    family = socket.getaddrinfo(addr, None, 0, socket.SOCK_STREAM)[0][0]
+    s = socket.socket(family)
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as servers bind: TIME_WAIT leftovers do not count
+    s.bind((addr, int(sys.argv[1])))
     print("port_free=yes")
 except OSError:
     print("port_free=no")
@@ -97,8 +102,9 @@ class HostFacts:
         return asdict(self)
 
 
-def command(*, python: str, root: str, port: int, distribution: str) -> list[str]:
-    return ["sh", "-c", _FACTS, "sh", python, root, str(port), distribution]
+def command(*, python: str, root: str, port: int, distribution: str, address: str = "") -> list[str]:
+    """The facts command; `address`: engine.host, where the port is tried (none: every interface)."""
+    return ["sh", "-c", _FACTS, "sh", python, root, str(port), distribution, address]
 
 
 def script() -> str:
@@ -107,12 +113,16 @@ def script() -> str:
     return _FACTS.lstrip("\n")
 
 
-def gather(transport: Transport, *, python: str, root: str, port: int, distribution: str) -> HostFacts:
+def gather(
+    transport: Transport, *, python: str, root: str, port: int, distribution: str, address: str = ""
+) -> HostFacts:
     return read(
         transport.name,
         port,
         transport.run(
-            command(python=python, root=root, port=port, distribution=distribution), check=False, timeout_s=60
+            command(python=python, root=root, port=port, distribution=distribution, address=address),
+            check=False,
+            timeout_s=60,
         ),
     )
 
