@@ -473,7 +473,8 @@ def main() -> None:
         emit(
             event="staged",
             fetched=need,
-            refetched=refetched,
+            refetched=refetched,  # in the cache at their size, with other content: fetched once more
+            refetched_bytes=sum(files.get(name) or 0 for name in refetched),
             hashed=hashed[0],
             **described(repo, commit, snapshot, files, ids, None),
         )

@@ -60,6 +60,10 @@ class Staged:
     unverified: str | None = None
     hashed: int = 0  # bytes read to hash in this stage
     contents: Mapping[str, tuple[int, str | None]] = field(default_factory=dict)
+    # files that were in the cache at their size but not with the Hub's content (a shard corrupted in
+    # place), fetched again by this stage, and their bytes: a fetch `fetched` (missing by size) omits
+    refetched: tuple[str, ...] = ()
+    refetched_bytes: int = 0
 
     @property
     def verified(self) -> bool:
@@ -67,14 +71,26 @@ class Staged:
 
     def to_dict(self) -> dict[str, Any]:
         """What the output and the ledger keep (the per-file ids go to the release's checkpoints.json)."""
-        keep = ("repo", "commit", "snapshot", "bytes", "fetched", "unverified", "hashed")
-        return {**{k: getattr(self, k) for k in keep}, "verified": self.verified}
+        keep = ("repo", "commit", "snapshot", "bytes", "fetched", "unverified", "hashed", "refetched_bytes")
+        return {**{k: getattr(self, k) for k in keep}, "refetched": list(self.refetched), "verified": self.verified}
+
+    def refetch_text(self) -> str:
+        """The re-fetch as a person reads it ("" when there was none)."""
+        if not self.refetched:
+            return ""
+        n = len(self.refetched)
+        return (
+            f"re-fetched {n} file{'s' if n != 1 else ''} ({size_text(self.refetched_bytes)}) whose content "
+            "did not match the Hub's checksum"
+        )
 
     def state(self) -> str:
-        """How a person reads it: its size, what was fetched, whether its content was checked."""
+        """How a person reads it: its size, what was fetched (and fetched again because its content did
+        not match), whether its content was checked."""
         fetched = f", fetched {size_text(self.fetched)}" if self.fetched else ""
+        refetched = f", {self.refetch_text()}" if self.refetched else ""
         checked = ", content unverified" if self.unverified else ""
-        return f"staged ({size_text(self.bytes)}{fetched}){checked}"
+        return f"staged ({size_text(self.bytes)}{fetched}{refetched}){checked}"
 
     def checksums(self) -> dict[str, Any]:
         """The checkpoint's entry in a release's checkpoints.json."""
@@ -377,6 +393,8 @@ def _staged(e: Mapping[str, Any]) -> Staged:
         e.get("unverified"),
         int(e.get("hashed", 0)),
         {name: (int(size or 0), cid) for name, (size, cid) in (e.get("contents") or {}).items()},
+        tuple(str(name) for name in e.get("refetched") or ()),
+        int(e.get("refetched_bytes", 0)),
     )
 
 

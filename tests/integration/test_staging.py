@@ -158,15 +158,32 @@ def test_a_shard_corrupted_in_place_is_fetched_again(
         handle.seek(len(original) // 2)
         handle.write(bytes(b ^ 0xFF for b in original[len(original) // 2 : len(original) // 2 + 64]))
     assert shard.stat().st_size == len(original) and shard.read_bytes() != original
+    def corrupt() -> None:
+        with open(blob, "r+b") as handle:  # flip bytes in the middle of the weights, in place
+            handle.seek(len(original) // 2)
+            handle.write(bytes(b ^ 0xFF for b in original[len(original) // 2 : len(original) // 2 + 64]))
+
     hub.clear()
     again = cli("--json", "stage", profile, "--hosts", "h0", *env["common"])
     assert again.code == 0, again.stdout + again.stderr
     assert shard.read_bytes() == original
     whole = [s.path for s in hub.file_gets() if s.range is None]  # (ranges: the check reading shard headers)
     assert whole == [f"/{TARGET}/resolve/{COMMITS[TARGET]}/model.safetensors"]
+    # the re-fetch is counted, not reported as "nothing to fetch" (issue 34)
+    staged = {s["repo"]: s for s in again.json()["hosts"][0]["staged"]}
+    assert (staged[TARGET]["fetched"], staged[TARGET]["refetched"], staged[TARGET]["refetched_bytes"]) == (
+        0,
+        ["model.safetensors"],
+        len(original),
+    )
     hub.clear()
     third = cli("--json", "stage", profile, "--hosts", "h0", *env["common"])  # whole again: nothing asked of the Hub
     assert third.code == 0 and not [s for s in hub.log if s.path.startswith("/api/")]
+    assert all(s["refetched"] == [] for s in third.json()["hosts"][0]["staged"])
+    corrupt()
+    shown = cli("stage", profile, "--hosts", "h0", "-o", "wide", *env["common"])
+    assert shown.code == 0 and shard.read_bytes() == original, shown.stdout + shown.stderr
+    assert "re-fetched 1 file" in shown.stdout and "did not match the Hub's checksum" in shown.stdout, shown.stdout
 
 
 def test_an_unpinned_profile_staged_starts_offline_at_the_commit_it_staged(
