@@ -191,7 +191,7 @@ def preflight(c: Change) -> None:
         _judge_facts(c)
         if c.facts.port_free is False and not _ours_hold_the_port(c):
             raise HostError(
-                f"{s.name}: port {c.port} on {c.address or '0.0.0.0'} is in use by something other than "
+                f"{s.name}: port {c.port} is in use on {c.address or '0.0.0.0'} by something other than "
                 f"{s.profile}'s servers",
                 host=s.name,
                 fix="nothing was stopped; free the port, or set engine.port (or engine.host) to another one",

@@ -143,11 +143,15 @@ def _refused_before_the_stop(local: dict[str, Any], cli: Any, profile: Path, ste
 def test_a_missing_engine_python_fails_preflight_before_anything_stops(local: dict[str, Any], cli: Any) -> None:
     from tests.fakes.inputs import write_profile
 
-    v3 = write_profile(Path(local["v1"]).parent / "v3.yaml", local["v1"], 3, engine={"python": "/nonexistent/bin/python3"})
+    v3 = write_profile(
+        Path(local["v1"]).parent / "v3.yaml", local["v1"], 3, engine={"python": "/nonexistent/bin/python3"}
+    )
     _refused_before_the_stop(local, cli, v3, "preflight", "host-python", "/nonexistent/bin/python3")
 
 
-def test_an_unset_secret_fails_prove_naming_it(local: dict[str, Any], cli: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_an_unset_secret_fails_prove_naming_it(
+    local: dict[str, Any], cli: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from tests.fakes.inputs import write_profile
 
     monkeypatch.delenv("SPECCTL_TEST_UNSET_SECRET", raising=False)
@@ -173,7 +177,7 @@ def test_a_port_on_engine_host_held_by_a_stranger_fails_preflight(local: dict[st
         stranger.listen()
         port = stranger.getsockname()[1]
         v3 = write_profile(Path(local["v1"]).parent / "v3.yaml", local["v1"], 3, engine={"port": port})
-        _refused_before_the_stop(local, cli, v3, "preflight", f"port {port} on 127.0.0.1")
+        _refused_before_the_stop(local, cli, v3, "preflight", f"port {port} is in use on 127.0.0.1")
 
 
 def test_a_rollback_to_a_release_whose_engine_changed_is_refused_before_the_stop(

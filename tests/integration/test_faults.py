@@ -216,3 +216,33 @@ def test_latency_and_packet_loss_on_one_host(cli: Any, lab: SshLab, env: dict[st
         proxy.close()
         subprocess.run(["ip", "netns", "exec", h2.namespace, "nft", "delete", "table", "inet", "specctl"], check=False)
     cli("stop", env["v1"], "--hosts", "h2", *env["common"])
+
+
+def test_a_release_that_cannot_start_stops_nothing(
+    cli: Any, lab: SshLab, env: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With a verified release serving on h0: a missing engine.python fails preflight, an unset secret
+    fails prove; each exit 3, nothing stopped, the serving server's pid unchanged."""
+    from tests.fakes.inputs import write_profile
+
+    first = cli("--json", "deploy", env["v1"], "--hosts", "h0", *env["common"])
+    assert first.code == 0, first.stdout + first.stderr
+    good = first.json()["hosts"][0]["release"]
+    pid_file = lab.hosts["h0"].root / NAME / "releases" / good / "server.pid"
+    pid = int(pid_file.read_text())
+    monkeypatch.delenv("SPECCTL_LAB_UNSET_SECRET", raising=False)
+    tmp = env["tmp"]
+    cases = {
+        "host-python": write_profile(tmp / "v3.yaml", env["v1"], 3, engine={"python": "/nonexistent/bin/python3"}),
+        "secret: SPECCTL_LAB_UNSET_SECRET": write_profile(
+            tmp / "v4.yaml", env["v1"], 4, secrets=["SPECCTL_LAB_UNSET_SECRET"]
+        ),
+    }
+    for said, profile in cases.items():
+        result = cli("--json", "deploy", str(profile), "--hosts", "h0", "--skip-check", *env["common"])
+        assert result.code == 3, result.stdout + result.stderr
+        [row] = result.json()["hosts"]
+        assert said in row["detail"] and "nothing was stopped" in result.stdout + result.stderr, row
+        assert int(pid_file.read_text()) == pid and current(lab, "h0") == good
+        os.kill(pid, 0)  # the same server, never stopped
+    cli("stop", env["v1"], "--hosts", "h0", *env["common"])
