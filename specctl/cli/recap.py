@@ -85,11 +85,14 @@ def recap_rows(reports: Sequence[Mapping[str, Any]], *, wide: bool) -> list[dict
 
 
 def attention(reports: Sequence[Mapping[str, Any]]) -> list[str]:
-    """What a person must read under the table: each failed gate with its interval and threshold,
-    drift and error findings, a failure with its fix, what a rollback brought back."""
+    """What a person must read under the table: the server's time limit (a scheduler's job stops at
+    it), each failed gate with its interval and threshold, drift and error findings, a failure with
+    its fix, what a rollback brought back."""
     lines = []
     for r in reports:
         host = r["host"]
+        if r.get("time_limit"):  # a scheduler ends the server at its time limit, however short: said first
+            lines.append(f"{host}: {r['time_limit']}")
         if not r.get("ok") or r.get("rolled_back"):
             lines.append(host_line(host, r.get("detail")) + (f" (fix: {r['fix']})" if r.get("fix") else ""))
             continue

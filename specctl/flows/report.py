@@ -23,6 +23,7 @@ class HostReport:
     rolled_back: bool = False  # taken back by the failure policy (too many hosts failed to start)
     fix: str | None = None  # what to do about a failure, when the error says
     seconds: float | None = None  # how long the host's part of the flow took, start to end
+    time_limit: str | None = None  # the server's time limit and when serving stops (a scheduler's job), in words
 
     def timed(self, seconds: float | None) -> HostReport:
         self.seconds = round(seconds, 2) if seconds is not None else None

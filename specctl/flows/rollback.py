@@ -5,7 +5,7 @@ records (release/record.py) say which those are."""
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from time import monotonic
 from typing import Any
 
@@ -31,11 +31,21 @@ def release_records(transport: Transport, root: str, profile: str) -> list[Relea
 
 
 def choose_release(
-    records: list[ReleaseRecord], current: str | None, *, to_run: str | None = None, to_version: int | None = None
+    records: list[ReleaseRecord],
+    current: str | None,
+    *,
+    to_run: str | None = None,
+    to_version: int | None = None,
+    running: Collection[str] | None = None,
 ) -> ReleaseRecord:
     """The rollback's choice, the release to go back to: the named run (whatever its record says), the
     newest release of a version whose verify did not fail, or the newest verified release that is not
-    serving. A tune candidate is chosen only by name."""
+    serving. A tune candidate is chosen only by name.
+
+    `running`: the releases whose servers were seen running. A release is skipped as serving only when
+    its server is among them, so a `current` whose server is gone (a cancelled job, a crash) is a
+    candidate; None when the caller did not look: `current` is then taken as serving."""
+    serving = {current} if running is None else set(running)
     if to_run:
         match = [r for r in records if r.run_id == to_run or r.run_id.startswith(to_run)]
         if len(match) != 1:
@@ -46,7 +56,7 @@ def choose_release(
                 fix="`specctl runs` lists run ids; a deploy's run id is its release's name",
             )
         return match[0]
-    candidates = [r for r in records if r.verified and r.run_id != current]
+    candidates = [r for r in records if r.verified and r.run_id not in serving]
     if to_version is not None:
         candidates = [
             r
@@ -63,7 +73,7 @@ def choose_release(
             )
     if not candidates:
         raise InputError(
-            "no verified release to roll back to (none passed verify, other than the serving one)",
+            "no verified release to roll back to (none passed verify, other than those seen serving)",
             fix="deploy a profile version that passes verify, or name a release with --to RUN",
         )
     return candidates[-1]
@@ -85,7 +95,11 @@ def rollback(
     session = ctx.session(host, profile)
     current = session.current()
     chosen = choose_release(
-        release_records(session.transport, session.root, profile), current, to_run=to_run, to_version=to_version
+        release_records(session.transport, session.root, profile),
+        current,
+        to_run=to_run,
+        to_version=to_version,
+        running=_running(session),
     )
     docs = session.docs(chosen.run_id)
     held = False
@@ -135,6 +149,11 @@ def rollback(
     )
 
 
+def _running(session: HostSession) -> set[str]:
+    """The releases of the profile whose servers are seen running on the host now."""
+    return {s.release for s in session.platform.servers(session.base)}
+
+
 def _baseline_mode(report: CheckReport | None, summary: dict[str, Any]) -> str:
     """Measure a missing baseline only for the profile the caller checked; else use the ledger's."""
     return "auto" if report is not None and report.inputs.profile_sha256 == summary.get("sha256") else "ledger"
@@ -154,7 +173,11 @@ def rollback_hosts(
         head = ctx.session(hosts[0], profile)
         current = head.current()
         chosen = choose_release(
-            release_records(head.transport, head.root, profile), current, to_run=to_run, to_version=to_version
+            release_records(head.transport, head.root, profile),
+            current,
+            to_run=to_run,
+            to_version=to_version,
+            running=_running(head),
         )
         if head.docs(chosen.run_id).profile.parallel.nnodes > 1:
             return rollback_nodes(ctx, hosts, profile, to_run=chosen.run_id)

@@ -14,13 +14,15 @@ from typing import Any
 
 from specctl.errors import HostError
 from specctl.facts import host as host_facts
+from specctl.engines.base import Engine
 from specctl.facts.host import HostFacts
 from specctl.flows.session import error_text
 from specctl.flows.static import CheckReport, plan
 from specctl.hosts.group import run_group
 from specctl.hosts.inventory import HostSpec
 from specctl.hosts.transport import Transport
-from specctl.profile.profile import is_local_path
+from specctl.plan.plan import Plan
+from specctl.profile.profile import Profile, is_local_path
 from specctl.release import lock, staging
 from specctl.release import release as rel
 from specctl.release.platform import platform_of, server_url
@@ -78,8 +80,14 @@ class HostStatus:
         if self.current and self.verification:
             since = f" (serving since {self.serving_since})" if self.serving_since and self.running else ""
             text += f"; {self.current} {self.verification}{since}"
+        mine = [s for s in self.servers if s["current"]]
+        if len(mine) > 1:  # one release, two servers (a submission whose reply was lost landed twice)
+            text += f"; {len(mine)} SERVERS of {self.current}: " + ", ".join(_handle(s) for s in mine)
         if others:
-            text += "; ALSO RUNNING, not current: " + ", ".join(s["release"] + _deadline(s) for s in others)
+            twice = {s["release"] for s in others if sum(o["release"] == s["release"] for o in others) > 1}
+            text += "; ALSO RUNNING, not current: " + ", ".join(
+                s["release"] + (f" ({_handle(s)})" if s["release"] in twice else "") + _deadline(s) for s in others
+            )
         if self.strangers:
             text += "; " + "; ".join(self.strangers)
         return text
@@ -93,14 +101,18 @@ def status(reach: Reach, profile: str, port: int, hosts: Sequence[HostSpec]) -> 
         seen = platform.look(base)
         found = HostStatus(host.name, seen.current, strangers=[s.describe(host.name) for s in seen.strangers])
         for server in seen.servers:
-            deadline = _confirm_by(t, rel.Release(t, root, profile, server.release))
+            its = rel.Release(t, root, profile, server.release)
+            current = server.release == found.current
+            deadline = None if current else _confirm_by(t, its)
             found.servers.append(
                 {
                     "release": server.release,
                     "process_group" if platform.on_host else "job": server.handle,
                     **({"job_state": server.note} if server.note else {}),
-                    "current": server.release == found.current,
-                    "confirm_by": None if server.release == found.current else deadline,
+                    "current": current,
+                    "confirm_by": deadline,
+                    # a deadline is a promise only while the watchdog that keeps it is seen alive
+                    "watchdog": platform.watchdog(its) if deadline else None,
                 }
             )
         found.running = any(s["current"] for s in found.servers)
@@ -129,14 +141,21 @@ WATCHDOG_SLACK_S = 90  # past a deadline: the watchdog's grace (TERM, 30 s, KILL
 
 
 def _deadline(server: dict[str, Any]) -> str:
-    """When a server that is not current stops itself, or that it should have and its watchdog is gone."""
+    """When a server that is not current stops itself, said only while its watchdog is seen alive; else
+    that it will not (its watchdog is gone), or that it should have and did not."""
     deadline = server.get("confirm_by")
     if not deadline:
         return ""
     due = calendar.timegm(time.strptime(deadline, "%Y-%m-%dT%H:%M:%SZ"))
     if time.time() > due + WATCHDOG_SLACK_S:
         return f" (was to stop itself at {deadline}: its watchdog is gone; `specctl stop` stops it)"
+    if not server.get("watchdog"):
+        return f" (was to stop itself at {deadline}, but no watchdog is seen: it will not; `specctl stop` stops it)"
     return f" (stops itself at {deadline})"
+
+
+def _handle(server: dict[str, Any]) -> str:
+    return str(server.get("job", server.get("process_group", "?")))
 
 
 def _confirm_by(t: Transport, release: rel.Release) -> str | None:
@@ -185,6 +204,39 @@ def facts(
         else {"host": h.name, "reachable": False, "error": error_text(group.errors[h.name])}
         for h in hosts
     ]
+
+
+def _prove(
+    t: Transport,
+    root: str,
+    p: Profile,
+    engine: Engine,
+    the_plan: Plan,
+    rank: int,
+    secrets_env: Mapping[str, str],
+    *,
+    on_host: bool,
+) -> dict[str, Any]:
+    """The deploy's `prove` as a dry run: the launch script as it would be written, run on the host
+    with its `exec` replaced (flows/prove.py); paths inside the release to be written are not asked."""
+    from specctl.flows import prove as proving
+    from specctl.plan.render import render_sh
+
+    found = proving.unset_secrets(p.secrets, secrets_env)
+    shown: dict[str, Any] = {}
+    if on_host:
+        node = the_plan.nodes[min(rank, len(the_plan.nodes) - 1)]
+        proof = proving.run(
+            t,
+            engine,
+            release_dir=f"{root}/{p.metadata.name}/releases/{rel.new_run_id()}",
+            root=root,
+            pinned=p.engine.version if engine.pins_installed_version() else "",
+            launch=render_sh(the_plan, node),
+        )
+        found += proving.problems(proof, python=p.engine.python, engine_name=engine.name)
+        shown = proof.to_dict()
+    return {"ok": not found, "problems": [{"check": x.check, "message": x.message, "fix": x.fix} for x in found], **shown}
 
 
 def preview(
@@ -252,6 +304,7 @@ def preview(
                 "links": len(the_plan.overlay.links),
                 "ids": (the_plan.capture or {}).get("ids"),
             }
+        row["prove"] = _prove(t, root, p, report.inputs.engine, the_plan, rank, secrets_env, on_host=platform.on_host)
         return row
 
     group = run_group(hosts, one)

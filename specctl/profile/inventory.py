@@ -30,6 +30,35 @@ def state_directory(root: str) -> str:
     return root
 
 
+# What Slurm does not give back whole in a release directory (measured on slurm-wlm 22.05, the lab's):
+# squeue prints the work directory (%Z, read last) in full, 4000 characters seen, "|", spaces, quotes,
+# "$", ";" and UTF-8 included, but a newline ends its line (control characters are refused for every
+# root); sbatch reads "%" in --output as a file name pattern (%j: the job id) and "\\" as turning
+# patterns off, and with either in the path the job's log was never written where specctl reads it.
+_SLURM_MANGLED = {
+    "%": "sbatch reads it in --output as a file name pattern (%j: the job id)",
+    "\\": "sbatch reads it in --output as an escape",
+}
+
+
+def slurm_root(root: str) -> str:
+    """A Slurm cluster's root: one every release directory under which squeue and sbatch keep whole
+    (squeue's %Z gives it back to find the root's jobs; sbatch's --output writes the job's log in it)."""
+    for char, why in _SLURM_MANGLED.items():
+        if char in root:
+            raise invalid(
+                "root_slurm_mangled",
+                "root {root!r} holds {char!r}, which Slurm does not keep: {why}",
+                {
+                    "root": root,
+                    "char": char,
+                    "why": why,
+                    "fix": f"choose a root without {char!r} (the job's log would be written elsewhere)",
+                },
+            )
+    return root
+
+
 class SshSettings(StrictModel):
     hostname: str
     user: str | None = None
@@ -123,6 +152,11 @@ class SlurmCluster(_RemoteSide):
     srun_args: Annotated[
         list[str], Field(description="extra srun flags for the server step (--container-image=..., --mpi=...)")
     ] = []
+
+    @field_validator("root")
+    @classmethod
+    def _root_slurm_gives_back_whole(cls, root: str) -> str:
+        return slurm_root(root)
 
 
 class KubernetesCluster(StrictModel):

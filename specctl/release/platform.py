@@ -122,6 +122,21 @@ class Platform(Protocol):
         """The host facts the server's own machine gave (None: gather them on the host)."""
         ...
 
+    def prove_start(self, release: rel.Release) -> list[str]:
+        """What would keep the release's server from being started as `start` starts it, asked of
+        whatever places it without starting anything (a scheduler's dry run); empty when nothing does.
+        Part of the prove step, before anything running stops."""
+        ...
+
+    def time_limit(self, release: rel.Release) -> str | None:
+        """The started server's time limit and when serving stops, in words; None where none is set."""
+        ...
+
+    def watchdog(self, release: rel.Release) -> bool:
+        """Whether the watchdog that stops an unconfirmed server at its deadline (`confirm-by`) is seen
+        alive now; False when it cannot be seen (then no deadline is claimed)."""
+        ...
+
 
 class ProcessPlatform:
     """The server as a detached process group on the host specctl reaches (release/release.py)."""
@@ -187,6 +202,32 @@ class ProcessPlatform:
 
     def facts(self, release: rel.Release) -> Completed | None:
         return None
+
+    def prove_start(self, release: rel.Release) -> list[str]:
+        return []  # the launch itself is what the prove step runs on the host
+
+    def time_limit(self, release: rel.Release) -> str | None:
+        return None
+
+    def watchdog(self, release: rel.Release) -> bool:
+        done = self.transport.run(["sh", "-c", _WATCHDOG_SEEN, "sh", release.run_id, release.base], check=False)
+        return done.rc == 0
+
+
+# Whether the release's watchdog (release/release.py's `start`: `sh -c WATCHDOG sh <profile dir> <run id>
+# <group> <deadline> <mark>`) is a live process here: a command line holding "sh", the profile's
+# directory and the run id as consecutive arguments. This scan's own arguments come in the other order,
+# and its own pid is skipped. $1 = run id, $2 = profile dir.
+_WATCHDOG_SEEN = r"""
+u=$(printf '\037')
+for f in /proc/[0-9]*/cmdline; do
+  p=${f#/proc/}; p=${p%/cmdline}
+  [ "$p" != $$ ] || continue
+  line=$(tr '\000' '\037' <"$f" 2>/dev/null) || continue
+  case $line in "sh$u-c$u"*"${u}sh$u$2$u$1$u"*) exit 0;; esac
+done
+exit 1
+"""
 
 
 def platform_type(spec: HostSpec) -> type[Platform]:

@@ -68,13 +68,16 @@ done
 # This user's jobs of one profile that hold or wait for an allocation, one "run-id job-id" line each:
 # named for the profile AND working in a release directory under this root (`--chdir`), so two
 # roots on one cluster, or two users, never see each other's jobs. A failing squeue is an error,
-# never "no jobs". $1 = the profile's job-name prefix, $2 = its releases directory + "/".
+# never "no jobs". The work directory comes last, and `read` gives the last name the rest of the line
+# whole, so a root holding "|" is read back whole (squeue 22.05 prints %Z in full, 4000 characters
+# seen, when no width is given; only a newline breaks it, and inventory refuses control characters).
+# $1 = the profile's job-name prefix, $2 = its releases directory + "/".
 _JOBS = (
     _CLEAN
     + r"""
 jobs_of() {
-  out=$(squeue --me -h -o '%i|%j|%T|%Z|%L') || return 3
-  printf '%s\n' "$out" | while IFS='|' read -r id name state dir left; do
+  out=$(squeue --me -h -o '%i|%j|%T|%L|%Z') || return 3
+  printf '%s\n' "$out" | while IFS='|' read -r id name state left dir; do
     [ -n "$id" ] || continue
     case $name in "$1"*) ;; *) continue;; esac
     case $dir in "$2"*) ;; *) continue;; esac
@@ -148,26 +151,90 @@ echo "still running after scancel: $*" >&2; exit 1
 # sbatch from the release directory, without the caller's SBATCH_* and without the files a previous
 # job of the same release left (a rollback resubmits it), and without the secrets should the login
 # shell hold them (a local login is specctl's own environment): sbatch's environment is kept with the
-# job. $1 = release dir, $2 = the secrets' names, then sbatch's arguments.
+# job. Before sbatch runs, the process that becomes it records its pid, start time and this
+# submission's comment in `submit.pid`, and sbatch answers into `submit.out`, not into the connection:
+# should the reply be lost, what the first sbatch did is read there once that pid is gone (_AWAIT).
+# $1 = release dir, $2 = the secrets' names, $3 = this submission's comment, then sbatch's arguments.
 _SUBMIT = (
     _CLEAN
     + r"""
 cd "$1" && shift && for v in $1; do unset "$v"; done && shift || exit 1
-rm -f head-address allocation-facts.txt job-id || exit 1
-out=$(sbatch --parsable "$@") || exit $?
+comment=$1; shift
+rm -f head-address allocation-facts.txt job-id submit.out submit.err || exit 1
+sh -c '
+s=$(cat "/proc/$$/stat" 2>/dev/null) && s=${s##*) } && s=$(echo "$s" | cut -d" " -f20) || s=-
+printf "%s %s %s\n" "$$" "${s:--}" "$1" >submit.pid.tmp && mv -f submit.pid.tmp submit.pid || exit 1
+shift; exec sbatch --parsable "$@" >submit.out 2>submit.err' sh "$comment" --comment="$comment" "$@"
+rc=$?
+cat submit.err >&2 2>/dev/null
+[ $rc -eq 0 ] || exit $rc
+out=$(cat submit.out) || exit 1
 printf '%s\n' "$out"
 printf '%s\n' "${out%%;*}" >job-id.tmp && mv -f job-id.tmp job-id
 """
 )
-# The job whose comment is $1, in any state the controller still holds (one submission's comment is
-# its own); its id also kept in the release dir $2, whose `job-id` the lost submission may not have written.
-_ADOPT = (
+# After a lost reply: wait (bounded) until the sbatch that `submit.pid` names for this submission is
+# gone (its pid dead, or a later process with another start time), then the job it submitted: its own
+# answer in `submit.out`, else the job the controller holds with this submission's comment (in any
+# state), its id then kept in the release dir. Prints "gone" or "running <pid>", then the job id (or
+# an empty line). A `submit.pid` of another submission means this one's sbatch never ran.
+# $1 = release dir, $2 = the comment, $3 = tenths of seconds to wait.
+_AWAIT = (
     _CLEAN
     + r"""
-out=$(squeue --me -h -t all -o '%i|%k') || exit 3
-id=$(printf '%s\n' "$out" | while IFS='|' read -r i k; do [ "$k" = "$1" ] && echo "$i"; done | head -n 1)
-[ -z "$id" ] || { printf '%s\n' "$id" >"$2/job-id.tmp" && mv -f "$2/job-id.tmp" "$2/job-id"; }
+running() {
+  if [ -r "/proc/$1/stat" ]; then
+    s=$(cat "/proc/$1/stat" 2>/dev/null) || return 1
+    s=${s##*) }
+    [ "$(echo "$s" | cut -d' ' -f1)" != Z ] || return 1
+    [ "$2" = - ] || [ "$(echo "$s" | cut -d' ' -f20)" = "$2" ]
+  elif [ -d /proc/self ]; then return 1
+  else kill -0 "$1" 2>/dev/null
+  fi
+}
+pid=; start=; comment=
+read -r pid start comment <"$1/submit.pid" 2>/dev/null
+if [ "$comment" = "$2" ] && [ -n "$pid" ]; then
+  i=0
+  while running "$pid" "$start"; do
+    [ $i -lt "$3" ] || { echo "running $pid"; echo; exit 0; }
+    sleep 0.2; i=$((i+2))
+  done
+  id=$(head -n 1 "$1/submit.out" 2>/dev/null); id=${id%%;*}
+else
+  id=
+fi
+echo gone
+case $id in ''|*[!0-9]*)
+  out=$(squeue --me -h -t all -o '%i|%k') || exit 3
+  id=$(printf '%s\n' "$out" | while IFS='|' read -r i k; do [ "$k" = "$2" ] && echo "$i"; done | head -n 1);;
+esac
+[ -z "$id" ] || { printf '%s\n' "$id" >"$1/job-id.tmp" && mv -f "$1/job-id.tmp" "$1/job-id"; }
 echo "$id"
+"""
+)
+# The live jobs of one release other than the one followed: a submission's comment names its release
+# ("specctl:<run id>:<token>"). One "id" line each. $1 = the comment's release prefix, $2 = the job kept.
+_TWINS = (
+    _CLEAN
+    + r"""
+out=$(squeue --me -h -o '%i|%T|%k') || exit 3
+printf '%s\n' "$out" | while IFS='|' read -r id state k; do
+  case $k in "$1"*) ;; *) continue;; esac
+  [ "$id" != "$2" ] || continue
+  case " COMPLETING COMPLETED CANCELLED FAILED TIMEOUT NODE_FAIL PREEMPTED BOOT_FAIL DEADLINE OUT_OF_MEMORY " in
+    *" $state "*) continue;; esac
+  echo "$id"
+done
+"""
+)
+# `sbatch --test-only` of the release's job as `start` would submit it: the controller says whether and
+# where it would run, and submits nothing. $1 = release dir, then sbatch's arguments.
+_TEST_ONLY = (
+    _CLEAN
+    + r"""
+cd "$1" && shift || exit 1
+sbatch --test-only "$@" 2>&1
 """
 )
 # What the controller still says of a job that squeue no longer lists: "scontrol|<one-line record>"
@@ -230,6 +297,10 @@ NEVER_STARTS = frozenset(
 SHARED_STORAGE_SLACK_S = 120
 POLL_S = 2.0  # between squeue polls while a job starts: a controller serves many clients
 JOB_ID_FILE = "job-id"  # in the release directory: the id of the job last submitted for it
+# after a lost `sbatch` reply: how long its sbatch may take to end (its own retries, a slow controller)
+# before specctl gives up rather than submit a second job beside one that may still land
+SUBMIT_GONE_S = 120.0
+SUBMIT_ATTEMPTS = 3  # submissions whose reply is lost, each proven gone without a job, before giving up
 # a job's final state, as an operator reads it
 _ENDINGS = {
     "TIMEOUT": "its time limit was reached",
@@ -262,6 +333,7 @@ class SlurmPlatform:
         self.cluster = cluster
         self._secrets: dict[int, dict[str, str]] = {}  # job id -> the secrets its steps still wait for
         self._started: dict[str, tuple[int, int]] = {}  # run id -> the job this platform submitted, its deadline (s)
+        self._lost: set[str] = set()  # run ids whose submission lost a reply: a second job of theirs is looked for
 
     @classmethod
     def on(cls, spec: HostSpec, transport: Transport) -> Platform:
@@ -280,10 +352,14 @@ class SlurmPlatform:
         settings = job_settings(profile, distribution, self.cluster, f"{base}/releases/<run-id>", "<run-id>", name)
         return {"job": ["sbatch", *sbatch_options(p, settings)]}
 
-    def _run(self, script: str, *args: str, timeout_s: float = 60.0) -> Completed:
+    def _run(self, script: str, *args: str, timeout_s: float = 60.0, check: bool = True) -> Completed:
         """A script of Slurm commands on the login node, in the cluster's environment; safe to send twice."""
         return self.transport.run(
-            ["sh", "-c", script, "sh", *args], env=dict(self.cluster.env) or None, timeout_s=timeout_s, retry=True
+            ["sh", "-c", script, "sh", *args],
+            env=dict(self.cluster.env) or None,
+            timeout_s=timeout_s,
+            retry=True,
+            check=check,
         )
 
     def survey_command(self, base: str) -> list[str]:
@@ -324,17 +400,28 @@ class SlurmPlatform:
         legacy = dict(env or {}) if env and not waits else {}
         names = [] if legacy else sorted({*waits, *(env or {})})
         deadline = str(int(confirm_within_s) + SHARED_STORAGE_SLACK_S)
-        comment = f"{JOB_PREFIX}{release.run_id}:{token_hex(4)}"  # this submission's, should its reply be lost
-        argv = ["sh", "-c", _SUBMIT, "sh", release.dir, " ".join(names), f"--comment={comment}", JOB_FILE, deadline]
         submit_env = {**self.cluster.env, **legacy} or None
-        try:
-            done = self.transport.run(argv, env=submit_env, timeout_s=120, check=False)
-        except ConnectionLost as lost:
-            job = self._submitted(release, comment, lost)
-            if job is None:  # sbatch never answered, and the controller has no such job: submit it now
+        done: Completed | None = None
+        for _ in range(SUBMIT_ATTEMPTS):
+            comment = f"{JOB_PREFIX}{release.run_id}:{token_hex(4)}"  # this submission's, should its reply be lost
+            argv = ["sh", "-c", _SUBMIT, "sh", release.dir, " ".join(names), comment, JOB_FILE, deadline]
+            try:
                 done = self.transport.run(argv, env=submit_env, timeout_s=120, check=False)
-            else:
-                done = Completed(0, f"{job}\n".encode(), "")
+                break
+            except ConnectionLost as lost:
+                self._lost.add(release.run_id)  # its start looks for a second job of the release (observe)
+                job = self._submitted(release, comment, lost)
+                if job is not None:
+                    done = Completed(0, f"{job}\n".encode(), "")
+                    break
+                # that sbatch is gone and the controller holds no job of it: submitted again, under a new comment
+        if done is None:
+            raise ConnectionLost(
+                f"{self.transport.name}: the connection was lost under sbatch {SUBMIT_ATTEMPTS} times; no job "
+                f"of release {release.run_id} was submitted",
+                host=self.transport.name,
+                fix="check the connection to the login node, then deploy again",
+            )
         first = done.stdout.strip().split(";")[0]
         if done.rc != 0 or not first.isdigit():
             raise HostError(
@@ -348,11 +435,14 @@ class SlurmPlatform:
         return int(first)
 
     def _submitted(self, release: rel.Release, comment: str, lost: ConnectionLost) -> int | None:
-        """After the connection was lost under `sbatch`: the job it submitted, found by its comment
-        (and adopted: its id kept in the release), or None when the controller has none. Should the
-        login node not come back, the error says which job may be queued and that it is cancelled."""
+        """After the connection was lost under `sbatch`: the job it submitted, or None once that sbatch
+        is proven gone (the pid it recorded before it ran is dead, within SUBMIT_GONE_S) and submitted
+        nothing (no answer of its own, no job with its comment). An sbatch still running after that, or
+        a login node that does not come back, is an error that says which job may be queued: never a
+        second submission beside one that may still land."""
+        wait = int(SUBMIT_GONE_S * 10)
         try:
-            job = self._run(_ADOPT, comment, release.dir).stdout.strip()
+            done = self._run(_AWAIT, release.dir, comment, str(wait), timeout_s=SUBMIT_GONE_S + 60)
         except HostError as exc:
             raise ConnectionLost(
                 f"{self.transport.name}: the connection was lost while sbatch ran ({lost.message}), and the login "
@@ -361,9 +451,50 @@ class SlurmPlatform:
                 fix=f"once it is back, `squeue --me -o '%i %k'` shows a job with the comment {comment} if one was "
                 "submitted; `specctl stop` cancels it (it cancels itself once it runs, unless made current)",
             ) from None
+        state, job = (done.stdout.split("\n") + ["", ""])[:2]
+        if state.startswith("running"):
+            raise HostError(
+                f"{self.transport.name}: the connection was lost while sbatch ran ({lost.message}), and that sbatch "
+                f"(pid {state.split()[-1]} on the login node) still runs {SUBMIT_GONE_S:.0f} s later: the job is "
+                "not submitted again while it may yet be",
+                host=self.transport.name,
+                fix=f"`squeue --me -o '%i %k'` shows a job with the comment {comment} once it is submitted; "
+                "`specctl stop` cancels it (it cancels itself once it runs, unless made current)",
+            )
+        job = job.strip()
         return int(job) if job.isdigit() else None
 
+    def prove_start(self, release: rel.Release) -> list[str]:
+        """`sbatch --test-only` of the release's job, as `start` would submit it: what the controller
+        refuses (partition, account, qos, time, gres, nodes), submitting nothing."""
+        done = self._run(_TEST_ONLY, release.dir, JOB_FILE, "0", timeout_s=90, check=False)
+        said = done.stdout.strip()
+        if done.rc == 0:
+            return []
+        return [f"sbatch --test-only refused the job: {said[-400:] or f'exit status {done.rc}'}"]
+
+    def time_limit(self, release: rel.Release) -> str | None:
+        """The running job's time limit and when it stops serving, as squeue says now (None: no job, or
+        no limit)."""
+        job = self._started.get(release.run_id, (None, 0))[0]
+        if job is None:
+            raw = self.transport.read(release.path(JOB_ID_FILE))
+            job = int(raw.split()[0]) if raw and raw.split() and raw.split()[0].isdigit() else None
+        if job is None:
+            return None
+        done = self._run(_CLEAN + "squeue -h -j \"$1\" -o '%l|%T|%L' 2>/dev/null | head -n 1; true", str(job))
+        limit, _, rest = done.stdout.strip().partition("|")
+        state, _, left = rest.partition("|")
+        if _seconds(limit) is None:
+            return None
+        seconds = _seconds(left.strip())
+        if state != "RUNNING" or seconds is None:
+            return f"job {job}: time limit {limit}"
+        at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() + seconds))
+        return f"job {job}: time limit {limit}, serving stops at {at}"
+
     def observe(self, release: rel.Release, handle: int) -> Observation:
+        twins = self._cancel_twins(release, handle) if release.run_id in self._lost else ""
         done = self._run(_OBSERVE, str(handle), release.dir, "200")
         state_line, address, *lines = done.stdout.split("\n") + ["", ""]
         state, _, rest = state_line.partition("|")
@@ -382,7 +513,21 @@ class SlurmPlatform:
             why = f" ({reason})" if reason and reason != "None" else ""
             return Observation(True, lines, None, waiting=f"job {handle} {state.lower()}{why}")
         waiting = self._feed(release, handle) or (None if address.strip() else f"job {handle} on {nodes}")
+        if twins:
+            waiting = f"{waiting}; {twins}" if waiting else None
         return Observation(True, lines, address.strip() or None, waiting=waiting)
+
+    def watchdog(self, release: rel.Release) -> bool:
+        return False  # a job's own deadline loop runs in its batch step, out of the login node's sight
+
+    def _cancel_twins(self, release: rel.Release, handle: int) -> str:
+        """Cancel every other live job of the release (a submission whose reply was lost may yet have
+        landed beside the one followed); what was cancelled, in words ("" for none)."""
+        ids = [int(i) for i in self._run(_TWINS, f"{JOB_PREFIX}{release.run_id}:", str(handle)).stdout.split()]
+        if not ids:
+            return ""
+        self._cancel(ids)
+        return f"cancelled job(s) {', '.join(map(str, ids))} of release {release.run_id} beside job {handle}"
 
     def _feed(self, release: rel.Release, handle: int) -> str | None:
         """Hand a running job's steps their secrets (once); None once they have them, else what is awaited."""

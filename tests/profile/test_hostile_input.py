@@ -321,6 +321,9 @@ CLUSTER = (
     [
         ("login-2", "/shared/specctl", 9, "clusters.gpu-slurm.login", "not a host"),
         ("login-1", "shared/specctl", 10, "clusters.gpu-slurm.root", "not an absolute path"),
+        # sbatch reads "%" and "\\" in --output as file name patterns: the job's log would go elsewhere
+        ("login-1", "/shared/spec%jctl", 10, "clusters.gpu-slurm.root", "which Slurm does not keep"),
+        ("login-1", "/shared/spec\\ctl", 10, "clusters.gpu-slurm.root", "which Slurm does not keep"),
     ],
 )
 def test_a_cluster_entry_names_its_login_node_and_a_shared_root(

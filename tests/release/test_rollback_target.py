@@ -30,6 +30,16 @@ def test_default_is_the_newest_verified_release_that_is_not_serving() -> None:
     assert choose_release(RECORDS, "20261102T000000Z-b").run_id == "20261101T000000Z-a"
 
 
+def test_a_release_is_skipped_only_when_its_server_is_seen_running() -> None:
+    """`current` whose job was cancelled (or whose server crashed) is the release to go back to when it
+    is the only verified one; a release seen running is skipped, `current` or not."""
+    only = [_record("x", 1, "failed", "superseded"), _record("c", 2, "verified", "serving")]
+    assert choose_release(only, "c", running=set()).run_id == "c"
+    with pytest.raises(InputError, match="no verified release"):
+        choose_release(only, "c", running={"c"})
+    assert choose_release(RECORDS, None, running={"20261102T000000Z-b"}).run_id == "20261101T000000Z-a"
+
+
 def test_by_run_prefix_and_by_version() -> None:
     assert choose_release(RECORDS, None, to_run="20261103").run_id == "20261103T000000Z-c"  # by name: whatever it says
     assert choose_release(RECORDS, None, to_run="20261105").run_id == "20261105T000000Z-e"  # a candidate, by name

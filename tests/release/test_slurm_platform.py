@@ -7,6 +7,9 @@ from __future__ import annotations
 
 import os
 import re
+import signal
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +19,7 @@ from specctl.errors import ConnectionLost, HostError
 from specctl.hosts.local import local_transport
 from specctl.plan.sbatch import SECRETS_COMMENT
 from specctl.profile.inventory import SlurmCluster
+from specctl.release import slurm as slurm_module
 from specctl.release.release import Release
 from specctl.release.slurm import SlurmPlatform, with_time_limit
 
@@ -45,12 +49,12 @@ def test_a_controller_that_does_not_answer_is_an_error_never_no_jobs(tmp_path: P
 
 
 def test_jobs_of_other_roots_and_finished_ones_are_not_the_profiles(tmp_path: Path) -> None:
-    rows = [
-        f"11|specctl:p:r1|RUNNING|{tmp_path}/p/releases/r1|6-23:59:01",
-        "12|specctl:p:r2|RUNNING|/other/root/p/releases/r2|1:00",
-        f"13|specctl:p:r3|COMPLETING|{tmp_path}/p/releases/r3|0:00",
-        f"14|specctl:px:r4|PENDING|{tmp_path}/px/releases/r4|1:00",
-        f"15|specctl:p:r5|REQUEUE_HOLD|{tmp_path}/p/releases/r5|7-00:00:00",
+    rows = [  # squeue -o '%i|%j|%T|%L|%Z': the work directory last
+        f"11|specctl:p:r1|RUNNING|6-23:59:01|{tmp_path}/p/releases/r1",
+        "12|specctl:p:r2|RUNNING|1:00|/other/root/p/releases/r2",
+        f"13|specctl:p:r3|COMPLETING|0:00|{tmp_path}/p/releases/r3",
+        f"14|specctl:px:r4|PENDING|1:00|{tmp_path}/px/releases/r4",
+        f"15|specctl:p:r5|REQUEUE_HOLD|7-00:00:00|{tmp_path}/p/releases/r5",
     ]
     slurm, release = target(tmp_path, squeue="printf '%s\\n' " + " ".join(f"'{r}'" for r in rows))
     found = [(s.release, s.handle, s.note) for s in slurm.servers(release.base)]
@@ -118,7 +122,7 @@ def test_only_the_jobs_own_address_and_log_are_read(tmp_path: Path) -> None:
 
 
 def test_a_refused_scancel_is_an_error(tmp_path: Path) -> None:
-    listing = f"echo '21|specctl:p:r1|RUNNING|{tmp_path}/p/releases/r1'"
+    listing = f"echo '21|specctl:p:r1|RUNNING|1:00|{tmp_path}/p/releases/r1'"
     slurm, release = target(
         tmp_path,
         squeue=listing,
@@ -146,25 +150,121 @@ def test_the_callers_sbatch_settings_do_not_reach_sbatch(tmp_path: Path) -> None
 
 
 def test_a_submission_whose_reply_was_lost_is_adopted_by_its_comment_or_made_again(tmp_path: Path) -> None:
-    """The connection drops under sbatch (a transport that loses the first reply): the job the controller
-    holds with this submission's comment is adopted, never submitted twice; with none, it is submitted."""
-    for held, expected, submissions in ((True, 44, 1), (False, 45, 2)):
-        d = tmp_path / str(held)
+    """The connection drops under sbatch (a transport that loses the first reply), its sbatch over: the
+    job it answered (kept in the release), else the job the controller holds with this submission's
+    comment, is adopted, never submitted twice; with neither (it died before submitting), it is submitted."""
+    cases = (
+        ("answered", 46, 1),  # sbatch answered into the release directory; the reply alone was lost
+        ("held", 44, 1),  # sbatch died once the controller held the job, before it answered
+        ("none", 45, 2),  # sbatch died before it submitted anything
+    )
+    for case, expected, submissions in cases:
+        d = tmp_path / case
         count = d / "submitted"
-        squeue = (
-            f'for c in $(cat {d}/comments 2>/dev/null); do echo "44|$c"; done; echo "12|specctl:other:1"'
-            if held
-            else 'echo "12|specctl:other:1"'
-        )
-        sbatch = (
-            f'echo x >>{count}; for a in "$@"; do case $a in --comment=*) echo "${{a#--comment=}}" >{d}/comments;; '
-            "esac; done; echo 45"
-        )
-        slurm, release = target(d, sbatch=sbatch, squeue=squeue)
+        squeue = f'for c in $(cat {d}/comments 2>/dev/null); do echo "44|$c"; done; echo "12|specctl:other:1"'
+        record = f'for a in "$@"; do case $a in --comment=*) echo "${{a#--comment=}}" >{d}/comments;; esac; done'
+        first = f'[ "$(wc -l <{count})" -eq 1 ]'
+        sbatch = {
+            "answered": "echo 46",
+            "held": f"{first} && {{ {record}; kill -9 $$; }}; echo 47",
+            "none": f"{first} && kill -9 $$; echo 45",
+        }[case]
+        slurm, release = target(d, sbatch=f"echo x >>{count}; {sbatch}", squeue=squeue)
         slurm.transport = _LosesFirstReply(slurm.transport)  # type: ignore[assignment]
-        assert slurm.start(release, confirm_within_s=60) == expected
-        assert len(count.read_text().split()) == submissions
+        assert slurm.start(release, confirm_within_s=60) == expected, case
+        assert len(count.read_text().split()) == submissions, case
         assert Path(release.path("job-id")).read_text().strip() == str(expected)
+
+
+def test_a_lost_reply_is_not_submitted_again_while_its_sbatch_still_runs(tmp_path: Path) -> None:
+    """The reply is lost while sbatch still runs (a slow controller): the first sbatch is waited for,
+    by the pid it recorded before it ran, and the job it submits is the one followed: one submission.
+    One still running past the wait is an error, and nothing is submitted again."""
+    d = tmp_path / "slow"
+    count = d / "submitted"
+    slurm, release = target(d, sbatch=f"echo x >>{count}; sleep 2; echo 51", squeue="true")
+    slurm.transport = _LosesReplyAtOnce(slurm.transport)  # type: ignore[assignment]
+    began = time.monotonic()
+    assert slurm.start(release, confirm_within_s=60) == 51
+    assert time.monotonic() - began >= 1.5  # waited for the first sbatch to end
+    assert count.read_text().split() == ["x"]  # never submitted twice
+    pid, start, comment = Path(release.path("submit.pid")).read_text().split()
+    assert pid.isdigit() and start.isdigit() and comment.startswith("specctl:r1:")
+
+    d = tmp_path / "stuck"
+    count = d / "submitted"
+    slurm, release = target(d, sbatch=f"echo x >>{count}; exec sleep 30", squeue="true")
+    slurm.transport = _LosesReplyAtOnce(slurm.transport)  # type: ignore[assignment]
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(slurm_module, "SUBMIT_GONE_S", 1.0)
+        with pytest.raises(HostError, match=r"still runs 1 s later: the job is not submitted again"):
+            slurm.start(release, confirm_within_s=60)
+    assert count.read_text().split() == ["x"]
+    os.kill(int(Path(release.path("submit.pid")).read_text().split()[0]), signal.SIGKILL)  # the stuck sbatch
+
+
+class _LosesReplyAtOnce:
+    """A transport whose sbatch command is started, and whose connection drops while it runs."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner, self.lost = inner, False
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    def run(self, argv: Any, **kwargs: Any) -> Any:
+        if not self.lost and "sbatch --parsable" in " ".join(argv):
+            self.lost = True
+            threading.Thread(target=lambda: self.inner.run(argv, **kwargs), daemon=True).start()
+            time.sleep(0.5)  # the command reached the host
+            raise ConnectionLost("lab: the connection was lost", host="lab")
+        return self.inner.run(argv, **kwargs)
+
+
+def test_a_second_live_job_of_a_release_whose_reply_was_lost_is_cancelled_when_seen(tmp_path: Path) -> None:
+    cancelled = tmp_path / "cancelled"
+    squeue = (
+        'case "$*" in *"%i|%T|%k"*) echo "61|RUNNING|specctl:r1:aaaa"; echo "62|PENDING|specctl:r1:bbbb"; '
+        'echo "63|CANCELLED|specctl:r1:cccc"; echo "64|RUNNING|specctl:r10:dddd"; echo "65|RUNNING|";; '
+        f'*"%T|%r|%N"*) echo "RUNNING|None|n1";; *) [ -e {cancelled} ] || echo RUNNING;; esac'
+    )
+    slurm, release = target(tmp_path, squeue=squeue, scancel=f'echo "$*" >{cancelled}')
+    slurm.observe(release, 61)
+    assert not cancelled.exists()  # no reply was lost: nothing is looked for
+    slurm._lost.add("r1")
+    slurm.observe(release, 61)
+    assert cancelled.read_text().split() == ["62"]  # the release's other live job; not another release's
+
+
+def test_sbatch_test_only_proves_the_job_and_submits_nothing(tmp_path: Path) -> None:
+    saw = tmp_path / "saw"
+    refuse = 'echo "sbatch: error: Batch job submission failed: Invalid account or account/partition combination"'
+    sbatch = f'echo "$*" >{saw}; if grep -q nope job.sbatch; then {refuse} >&2; exit 1; fi'
+    slurm, release = target(tmp_path, sbatch=sbatch)
+    Path(release.path("job.sbatch")).write_text("#!/bin/sh\n#SBATCH --account=ok\n")
+    assert slurm.prove_start(release) == []
+    assert saw.read_text().split() == ["--test-only", "job.sbatch", "0"]
+    Path(release.path("job.sbatch")).write_text("#!/bin/sh\n#SBATCH --account=nope\n")
+    [problem] = slurm.prove_start(release)
+    assert "sbatch --test-only refused the job" in problem and "Invalid account" in problem
+
+
+def test_the_jobs_time_limit_and_when_serving_stops(tmp_path: Path) -> None:
+    slurm, release = target(tmp_path, squeue="echo '1:00|RUNNING|0:45'")
+    Path(release.path("job-id")).write_text("71\n")
+    said = slurm.time_limit(release) or ""
+    assert re.fullmatch(r"job 71: time limit 1:00, serving stops at \d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", said), said
+    slurm, release = target(tmp_path / "u", squeue="echo 'UNLIMITED|RUNNING|UNLIMITED'")
+    Path(release.path("job-id")).write_text("72\n")
+    assert slurm.time_limit(release) is None
+
+
+def test_a_root_holding_a_bar_is_read_whole(tmp_path: Path) -> None:
+    """squeue's work directory comes last: a root with "|" (and spaces) still finds its jobs."""
+    root = tmp_path / "a|b c"
+    row = f"81|specctl:p:r1|RUNNING|1:00|{root}/p/releases/r1"
+    slurm, release = target(root, squeue=f"printf '%s\\n' '{row}'")
+    assert [(s.release, s.handle) for s in slurm.servers(release.base)] == [("r1", 81)]
 
 
 class _LosesFirstReply:
