@@ -30,3 +30,14 @@ def start_time(pid: int) -> str | None:
         return None
     fields = stat.rsplit(") ", 1)[-1].split()
     return fields[19] if len(fields) > 19 else None
+
+
+def process_table() -> str | None:
+    """The process table this process lives in: the boot id and the pid namespace (a pid means the
+    same process only under both; a hostname proves nothing: containers and clones share one). None
+    where /proc cannot tell."""
+    try:
+        boot = Path("/proc/sys/kernel/random/boot_id").read_text(encoding="ascii").strip()
+        return f"{boot}/{os.readlink('/proc/self/ns/pid')}"
+    except OSError:
+        return None

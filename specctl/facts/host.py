@@ -152,3 +152,51 @@ def read(host: str, port: int, done: Completed) -> HostFacts:
 
 def to_json(facts: HostFacts) -> str:
     return json.dumps(facts.to_dict(), indent=2, sort_keys=True) + "\n"
+
+
+# What a host is, beyond its inventory name, read in the shell of the command that first touches its
+# state root: `mid` its machine-id (else its hostname), `node` its hostname, `boot` the boot id and
+# `pidns` the pid namespace (together: its process table), `netns` the network namespace (its ports),
+# `gpus` the GPUs' UUIDs, comma-separated (nvidia-smi, where present). Sets shell variables only.
+IDENTITY_SH = r"""
+node=$(uname -n); mid=$(cat /etc/machine-id 2>/dev/null); mid=${mid:-$node}
+boot=$(cat /proc/sys/kernel/random/boot_id 2>/dev/null); pidns=$(readlink /proc/self/ns/pid 2>/dev/null)
+netns=$(readlink /proc/self/ns/net 2>/dev/null); gpus=""
+if command -v nvidia-smi >/dev/null 2>&1; then
+  limit=""; command -v timeout >/dev/null 2>&1 && limit="timeout 15"
+  gpus=$($limit nvidia-smi --query-gpu=uuid --format=csv,noheader 2>/dev/null | tr -d ' ' | tr '\n' ',')
+fi
+"""
+# The process table's name in a shell (boot id and pid namespace): what a server's mark carries.
+PROCESS_TABLE_SH = "$(cat /proc/sys/kernel/random/boot_id 2>/dev/null)/$(readlink /proc/self/ns/pid 2>/dev/null)"
+
+
+@dataclass(frozen=True)
+class Identity:
+    """A host as its resources know it: the state root's own id, the machine-id (a shared-home check,
+    never proof alone: images and containers share one), the process table (boot id and pid
+    namespace), the ports (network namespace) and the GPUs (UUIDs)."""
+
+    root_id: str
+    machine_id: str
+    boot_id: str
+    pid_ns: str
+    net_ns: str
+    gpus: tuple[str, ...] = ()
+
+    @property
+    def process_table(self) -> str:
+        return f"{self.boot_id}/{self.pid_ns}"
+
+    @classmethod
+    def parse(cls, line: str) -> Identity | None:
+        """The "identity ROOT-ID MACHINE-ID BOOT PIDNS NETNS GPUS" line a script prints (see `IDENTITY_LINE`)."""
+        words = line.split(" ")
+        if len(words) < 6 or words[0] != "identity":
+            return None
+        gpus = tuple(g for g in (words[6] if len(words) > 6 else "").split(",") if g)
+        return cls(words[1], words[2], words[3], words[4], words[5], gpus)
+
+
+# The line `Identity.parse` reads, once IDENTITY_SH ran and `rid` holds the root's id.
+IDENTITY_LINE = 'printf "identity %s %s %s %s %s %s\\n" "$rid" "$mid" "$boot" "$pidns" "$netns" "$gpus"'

@@ -16,7 +16,7 @@ from specctl.errors import HostError
 from specctl.hosts.inventory import HostSpec
 from specctl.hosts.transport import Transport
 from specctl.ledger.ledger import Ledger
-from specctl.release import lock
+from specctl.release import lock, whole
 from specctl.release import release as rel
 from specctl.release.documents import ReleaseDocs, read_release
 from specctl.release.platform import Platform, platform_of, server_url
@@ -127,14 +127,16 @@ class HostSession:
         """Take the profile's host lock, or share the hold of an outer flow (a rollback inside a
         deploy, a baseline inside a verify); every hold ends with one `let_go`."""
         if self._lock_depth == 0:
-            stale = lock.acquire(
+            taken = lock.take(
                 self.transport,
                 self.base,
-                lock.owner(run_id, self.ctx.command),
+                lock.owner(run_id, self.ctx.command, self.name),
                 own_root=self.platform.machine_root,
             )
-            if stale is not None:
-                self.note(f"took over the lock of {lock.describe(stale)}")
+            for text in taken.notes:
+                self.note(text)
+            if taken.stale is not None:
+                self.note(f"took over the lock of {lock.describe(taken.stale)}")
         self._lock_depth += 1
 
     @property
@@ -151,7 +153,7 @@ class HostSession:
             if releasing:
                 lock.release(self.transport, self.base, last_write=last_write)
             elif last_write is not None:
-                self.transport.put(*last_write)
+                whole.put(self.transport, *last_write)
         except HostError as exc:  # the host is gone: its lock stays, and `unlock` will see our process gone
             undone = ([f"write {last_write[0]}"] if last_write else []) + (["release the lock"] if releasing else [])
             self.progress(f"could not {' and '.join(undone)}: {error_text(exc)}")

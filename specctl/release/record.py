@@ -22,6 +22,7 @@ from datetime import UTC, datetime
 from typing import Any, Literal, cast, get_args
 
 from specctl.hosts.transport import Transport
+from specctl.release import whole
 
 RECORD_FILE = "record.json"
 LEGACY_VERDICT_FILE = "verdict.json"  # what releases before the record kept of their last verify
@@ -216,8 +217,9 @@ def read(transport: Transport, release_dir: str, run_id: str, *, current: bool) 
 
 
 def write(transport: Transport, release_dir: str, record: ReleaseRecord) -> None:
-    """Replace the release's record whole."""
-    transport.put(f"{release_dir}/{RECORD_FILE}", record.to_json())
+    """Replace the release's record whole (synced, then renamed into place: a full disk leaves the
+    old record, and says so)."""
+    whole.put(transport, f"{release_dir}/{RECORD_FILE}", record.to_json())
 
 
 def update(

@@ -15,6 +15,7 @@ from typing import Any
 
 from specctl.constants import OVERLAY_DIR, RELEASE_DIR_VAR, SERVER_MARK_VAR
 from specctl.errors import HostError
+from specctl.facts.host import PROCESS_TABLE_SH
 from specctl.hosts.transport import Completed, Transport
 from specctl.plan.plan import NodePlan, Plan
 from specctl.plan.render import quote, render_sh
@@ -204,13 +205,24 @@ def linked(transport: Transport, root: str, profile: str, link: str = "current")
     return target.rsplit("/", 1)[-1] if done.rc == 0 and target else None
 
 
+def mark(table: str, release_dir: str) -> str:
+    """What a server's environment carries (SPECCTL_SERVER): the process table it runs in (boot id and
+    pid namespace, as the host reads them: `PROCESS_TABLE_SH`) and its release directory. Not the
+    inventory name: one machine reached under two names is one process table, whose servers are
+    proven ours through either name; hosts that share a home but not a process table never match."""
+    return f"{table} {release_dir}"
+
+
 # Start the launch script detached in its own session (its pid is its process group), record its pid
 # and start time, then its watchdog: "commit confirmed" on the host. Unless `current` names this
 # release by the deadline, the watchdog stops the server, so a deploy that lost its host for good
 # leaves no untracked server. $1 release dir, $2 profile dir, $3 run id, $4 seconds until the
-# deadline, $5 the server's mark (SPECCTL_SERVER's value, in its environment), $6 the watchdog.
-_START = r"""
-dir=$1; base=$2; id=$3; confirm_s=$4; mark=$5; watchdog=$6
+# deadline, $5 the host's name for messages, $6 the watchdog. The server's mark (SPECCTL_SERVER, in its
+# environment) is the host's process table (`mark`) and the release directory.
+_START = (
+    f'mark="{mark(PROCESS_TABLE_SH, "$1")}"; export {SERVER_MARK_VAR}="$mark"\n'
+    + r"""
+dir=$1; base=$2; id=$3; confirm_s=$4; watchdog=$6
 cd "$dir" || exit 1
 setsid sh launch.sh >>server.log 2>&1 </dev/null &
 pid=$!
@@ -223,6 +235,7 @@ env -u SPECCTL_RELEASE_DIR -u SPECCTL_SERVER setsid sh -c "$watchdog" sh "$base"
   >/dev/null 2>&1 </dev/null &
 printf '%s\n' "$pid"
 """
+)
 # The watchdog: each second, whether `current` names the release (then its work is done) or the
 # group is gone; at the deadline it stops the group, but only once a live member of it carries the
 # server's mark (a group id reused by another process once the server is gone is left alone).
@@ -250,13 +263,6 @@ done
 """
 
 
-def mark(release: Release) -> str:
-    """What the server's environment carries: the host (as the inventory names it) and the release
-    directory. Two inventory hosts that share a home and a process table (containers, or one machine
-    under two names) share the directory, never the host's name."""
-    return f"{release.transport.name} {release.dir}"
-
-
 def start(release: Release, *, confirm_within_s: float, env: dict[str, str] | None = None) -> int:
     """Start the release's server detached; returns its process group. Secrets travel only in
     `env`, to this process. Unless `current` names the release within `confirm_within_s`, the
@@ -271,10 +277,10 @@ def start(release: Release, *, confirm_within_s: float, env: dict[str, str] | No
             release.base,
             release.run_id,
             str(int(confirm_within_s)),
-            mark(release),
+            release.transport.name,
             _WATCHDOG,
         ],
-        env={**(env or {}), RELEASE_DIR_VAR: release.dir, SERVER_MARK_VAR: mark(release)},
+        env={**(env or {}), RELEASE_DIR_VAR: release.dir},
     )
     return int(done.stdout.strip().splitlines()[-1])
 
@@ -316,8 +322,9 @@ alive_group() {
 """
 
 # Every server of a profile that specctl started on this host, one "run-id process-group" line each:
-# the processes whose environment carries the mark `start` gave them (SPECCTL_SERVER: this host's
-# name and a release directory of the profile), so a server whose release directory or pid file was
+# the processes whose environment carries the mark `start` gave them (SPECCTL_SERVER: this process
+# table and a release directory of the profile; from before process tables, the host's inventory
+# name instead), so a server whose release directory or pid file was
 # deleted is still found, and nothing else is: a pid file alone proves nothing (the pid may have been
 # recycled, or the file written by another host on a shared home). A server started before the mark
 # existed carries only SPECCTL_RELEASE_DIR and is taken as this host's. Then, "! run-id pid" for each
@@ -325,6 +332,7 @@ alive_group() {
 # said. $1 = the profile's directory, $2 = the host's name.
 _FIND = (
     _ALIVE
+    + f'table="{PROCESS_TABLE_SH}"\n'
     + r"""
 # Whether live pid $1, which release directory $2's pid file names, is the server host $3 started
 # there: its start time is the one recorded and its environment carries the mark (a server started
@@ -334,19 +342,21 @@ started_here() {
   if [ -f "$2/server.start" ]; then
     s=$(cat "/proc/$1/stat" 2>/dev/null) || return 1
     s=${s##*) }; [ "$(echo "$s" | cut -d' ' -f20)" = "$(cat "$2/server.start" 2>/dev/null)" ] || return 1
-    printf '%s\n' "$env" | grep -qxF -- "SPECCTL_SERVER=$3 $2"
+    printf '%s\n' "$env" | grep -qxF -e "SPECCTL_SERVER=$table $2" -e "SPECCTL_SERVER=$3 $2"
   else
     printf '%s\n' "$env" | grep -q '^SPECCTL_SERVER=' && return 1
     printf '%s\n' "$env" | grep -qxF -- "SPECCTL_RELEASE_DIR=$2"
   fi
 }
 find_servers() {
-  mark="SPECCTL_SERVER=$2 $1/releases/"; legacy="SPECCTL_RELEASE_DIR=$1/releases/"
-  for e in $(grep -lzF -e "$mark" -e "$legacy" /proc/[0-9]*/environ 2>/dev/null); do
+  mark="SPECCTL_SERVER=$table $1/releases/"; named="SPECCTL_SERVER=$2 $1/releases/"
+  legacy="SPECCTL_RELEASE_DIR=$1/releases/"
+  for e in $(grep -lzF -e "$mark" -e "$named" -e "$legacy" /proc/[0-9]*/environ 2>/dev/null); do
     p=${e#/proc/}; p=${p%/environ}
     v=$(tr '\0' '\n' <"$e" 2>/dev/null | grep -m 1 '^SPECCTL_SERVER=')
     case $v in
       "$mark"*) id=${v#"$mark"} ;;
+      "$named"*) id=${v#"$named"} ;;
       "") v=$(tr '\0' '\n' <"$e" 2>/dev/null | grep -m 1 '^SPECCTL_RELEASE_DIR=')
           case $v in "$legacy"*) id=${v#"$legacy"} ;; *) continue ;; esac ;;
       *) continue ;;
