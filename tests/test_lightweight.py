@@ -1,4 +1,4 @@
-"""validate, check and render on local checkpoints never import torch, paramiko or matplotlib."""
+"""validate, check and render on local checkpoints never import torch, paramiko, matplotlib or prometheus_client."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from specctl.cli.app import main
 code = main(sys.argv[1:])
 heavy = sorted(m for m in sys.modules if m.split('.')[0] in {
     'torch', 'paramiko', 'fabric', 'invoke', 'httpx', 'sqlite3', 'huggingface_hub', 'safetensors', 'matplotlib',
+    'prometheus_client',
 })
 print('MODULES=' + __import__('json').dumps(heavy), file=sys.stderr)
 sys.exit(code)

@@ -49,10 +49,21 @@ def report(exc: BaseException, output: Output) -> int:
             f"[bold red]internal error[/] (a bug in specctl): {escape(type(exc).__name__)}: {escape(str(exc))}"
         )
         output.err.print("  run again with SPECCTL_DEBUG=1 for the traceback, and report it")
+        if output.json_mode:  # a --json reader sees the end too: one JSON object (one line after a stream)
+            output.result(
+                {
+                    "error": {
+                        "type": "InternalError",
+                        "message": f"a bug in specctl: {type(exc).__name__}: {exc}",
+                        "fix": "run again with SPECCTL_DEBUG=1 for the traceback, and report it",
+                        "exit_code": BUG_EXIT_CODE,
+                    }
+                }
+            )
         return BUG_EXIT_CODE
     if os.environ.get("SPECCTL_DEBUG") == "1":
         traceback.print_exception(exc, file=output.stderr)
-    if output.json_mode:
+    if output.json_mode:  # pretty-printed alone; after a stream of JSON lines, one more line (Output.result)
         output.result({"error": error_data(exc)})
         return exc.exit_code
     if isinstance(exc, DocumentError):

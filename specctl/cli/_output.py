@@ -1,11 +1,17 @@
 """The one output sink: rich renderables for people, the same data as JSON under --json.
 
 Data goes to stdout; hints, progress and errors to stderr, so stdout stays parseable. NO_COLOR wins.
+
+JSON is strict JSON (RFC 8259): never NaN or Infinity, which Python's json writes by default and most
+readers refuse. A value that is not finite is written null, and the object says where and what it was
+(`not_finite`). Once a command has streamed JSON lines, everything else it prints on stdout, its
+result or its error, is one more line: a reader of the stream reads lines to the end.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import sys
 from collections.abc import Collection, Mapping
@@ -28,6 +34,7 @@ class Output:
     environ: Mapping[str, str] = field(default_factory=lambda: os.environ)
 
     def __post_init__(self) -> None:
+        self.streamed = False  # a JSON line was streamed: what follows on stdout is one line too
         width = int(self.environ["COLUMNS"]) if self.environ.get("COLUMNS", "").isdigit() else None
         self.out = self._console(self.stdout, width)
         self.err = self._console(self.stderr, width)
@@ -40,7 +47,8 @@ class Output:
         `fit=False` prints the renderable at its natural width, past the terminal's (`-o wide`):
         long lines rather than cells folded into a narrow column."""
         if self.json_mode:
-            self.stdout.write(json.dumps(data, indent=2, sort_keys=True, default=str) + "\n")
+            self.stdout.write(dumps(data, indent=None if self.streamed else 2) + "\n")
+            self.stdout.flush()
         elif renderable is not None and not fit:
             natural = self.out.measure(renderable, options=self.out.options.update_width(1 << 16)).maximum
             self._console(self.stdout, max(natural, self.out.width)).print(renderable)
@@ -52,7 +60,9 @@ class Output:
     def stream(self, data: Mapping[str, Any], text: str) -> None:
         """One record of a stream (`logs`): a JSON object on one line under --json, else the text;
         flushed at once, so a follower sees it as it comes."""
-        self.stdout.write((json.dumps(data, sort_keys=True, default=str) if self.json_mode else text) + "\n")
+        if self.json_mode:
+            self.streamed = True
+        self.stdout.write((dumps(data) if self.json_mode else text) + "\n")
         self.stdout.flush()
 
     def raw(self, text: str) -> None:
@@ -63,6 +73,28 @@ class Output:
         """Something for people only: never part of --json output."""
         if not self.json_mode:
             self.err.print(renderable)
+
+
+def dumps(data: Any, *, indent: int | None = None) -> str:
+    """`data` as strict JSON (one line without `indent`): a NaN or ±Infinity becomes null, and a dict
+    at the top gains `not_finite`, each such value's path and what it was ("NaN", "Infinity",
+    "-Infinity"). `allow_nan=False`: a value that slipped past is an error here, never a `NaN` token."""
+    found: dict[str, str] = {}
+    clean = _finite(data, "", found)
+    if found and isinstance(clean, dict):
+        clean = {**clean, "not_finite": found}
+    return json.dumps(clean, indent=indent, sort_keys=True, default=str, allow_nan=False)
+
+
+def _finite(value: Any, path: str, found: dict[str, str]) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        found[path or "."] = "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
+        return None
+    if isinstance(value, Mapping):
+        return {k: _finite(v, f"{path}.{k}" if path else str(k), found) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v, f"{path}[{i}]", found) for i, v in enumerate(value)]
+    return value
 
 
 def table(*names: str, wide: bool, right: Collection[str] = ()) -> Table:

@@ -50,7 +50,8 @@ def watch(
         bool,
         typer.Option(
             "--once",
-            help="Measure one window from now, judge it and exit (0 ok/unknown, 1 degraded, 3 unreachable, 4 acted).",
+            help="Measure one window from now, judge it and exit "
+            "(0 ok/unknown/unreadable, 1 degraded, 3 unreachable/down, 4 acted).",
         ),
     ] = False,
     probe: Annotated[
@@ -86,7 +87,9 @@ def watch(
 ) -> None:
     """Judge the serving release on each host every --interval over the last --window of its traffic,
     from the engine's metrics: ok, degraded (decided below its verified interval less watch.tolerance,
-    or below its gate) or unknown (too little traffic). Each window is recorded in the ledger."""
+    or below its gate) or unknown (too little traffic, or counters that cannot be trusted: NaN, ±Inf,
+    negative, a series twice, a counter going back). down: no server of the current release runs;
+    unreadable: its /metrics is not the Prometheus text format. Each window is recorded in the ledger."""
     from specctl.cli.views import watch_line, watch_view
     from specctl.flows import static
     from specctl.flows.watch import WatchOptions

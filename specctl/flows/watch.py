@@ -18,6 +18,11 @@ textfile when asked, and acted on when degraded:
 At most one automatic action per release and host, then none on that host for `cooldown`. A
 release without metrics, or a window with too little traffic, is `unknown`, unless `probe` sends a
 small probe from the profile's workload and judges on its requests' own counters (marked `probe`).
+A window the engine's counters cannot vouch for (a value NaN, ±Inf or negative, a series twice, a
+counter going back: verdict/window.py) is `unknown` with why, and never acted on. A host whose
+`current` runs no server (killed, a job gone) is `down`, exit 3; one whose `/metrics` answers
+something that is not the Prometheus text format (garbage, HTML, binary) is `unreadable` (its
+content type and size are said, never its bytes): neither is judged, nor acted on.
 The watch holds no lock while it looks; an action takes the host's lock as any verb does.
 """
 
@@ -25,8 +30,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import os
-import tempfile
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -53,7 +56,7 @@ from specctl.profile.profile import Profile
 from specctl.release.record import Verification, now
 from specctl.release.staging import host_env
 from specctl.verdict import prometheus
-from specctl.verdict.client import EngineClient
+from specctl.verdict.client import EngineClient, MetricsPage
 from specctl.verdict.drift import MIN_REQUESTS, Expectation, WindowVerdict, judge
 from specctl.verdict.engine_errors import EngineHTTPError
 from specctl.verdict.measure import measure
@@ -62,6 +65,7 @@ from specctl.verdict.window import Scrape, Window, from_scrapes
 ACTIONS = ("alert", "plain", "rollback")
 PROBE_REQUESTS = 8  # a probe's requests: enough for an interval (stats.MIN_SAMPLES), few enough to be light
 PLAIN_SUFFIX = "plain"  # in the description of a release `watch` started without speculation
+STATES = ("ok", "degraded", "unknown", "unreadable", "down", "unreachable")  # a host's state in one window
 
 
 @dataclass(frozen=True)
@@ -89,17 +93,30 @@ class HostWindow:
     window: Window | None = None
     verdict: WindowVerdict | None = None
     action: str | None = None  # what was done: "alert", "plain: <release>", "rollback: <release>", "refused: why"
-    error: str | None = None
+    error: str | None = None  # the host could not be reached
+    down: str | None = None  # why the release is down: `current` names it, no server of it runs
+    unreadable: str | None = None  # why its metrics page could not be read (never its bytes)
 
     @property
     def state(self) -> str:
-        return "unreachable" if self.error else self.verdict.state if self.verdict else "unknown"
+        if self.error:
+            return "unreachable"
+        if self.down:
+            return "down"
+        if self.unreadable:
+            return "unreadable"
+        return self.verdict.state if self.verdict else "unknown"
+
+    @property
+    def reason(self) -> str | None:
+        return self.error or self.down or self.unreadable or (self.verdict.reason if self.verdict else None)
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "host": self.host,
             "release": self.release,
             "state": self.state,
+            "reason": self.reason,
             "verdict": self.verdict.to_dict() if self.verdict else None,
             "window": self.window.to_dict() if self.window else None,
             "action": self.action,
@@ -115,16 +132,21 @@ class HostWatch:
     session: HostSession
     looks: deque[Scrape] = field(default_factory=deque)
     no_metrics: str | None = None  # why the serving release answers no metrics page
+    down: str | None = None  # at the last look: `current` names a release no server of which runs
+    unreadable: str | None = None  # at the last look: its metrics page is not the text format
 
     def look(self) -> None:
         """Which server serves, and what its metrics say (a release without metrics: no look)."""
         s = self.session
         seen = s.platform.look(s.base)
         current = seen.current
+        self.no_metrics = self.down = self.unreadable = None
         if current is None:
-            self.no_metrics = None
             return
         handle = next((x.handle for x in seen.servers if x.release == current), None)
+        if handle is None:
+            self.down = f"{current} is current on {s.name}, but no server of it runs (stopped, killed or its job ended)"
+            return
         docs = s.docs(current)
         try:
             page = EngineClient(s.server_url(s.release(current), docs.port), timeout_s=10).metrics(timeout_s=10)
@@ -135,8 +157,12 @@ class HostWatch:
                 else f"its metrics could not be read: {exc.message}"
             )
             return
-        self.no_metrics = None
-        self.looks.append(Scrape(time.time(), tuple(prometheus.parse(page)), f"{current} (process {handle})"))
+        try:
+            samples = prometheus.parse(page.body.decode("utf-8"))
+        except (UnicodeDecodeError, prometheus.MetricsError):
+            self.unreadable = unreadable(page)
+            return
+        self.looks.append(Scrape(time.time(), tuple(samples), f"{current} (process {handle})"))
 
     def window(self, since: float) -> tuple[str | None, Window | None]:
         """The serving release and its window from the looks since `since` (older looks are dropped)."""
@@ -151,6 +177,15 @@ class HostWatch:
         if source is None:
             return current, None
         return current, from_scrapes(list(self.looks), source)
+
+
+def unreadable(page: MetricsPage) -> str:
+    """What a metrics page that is not the text format is, said by its declared type and size only:
+    its bytes are whatever the server (or a proxy in front of it) sent, and are never quoted."""
+    return (
+        f"its /metrics page is not the Prometheus text format ({page.content_type}, {len(page.body)} bytes); "
+        "check that the port is the engine's own"
+    )
 
 
 def expectation(session: HostSession, run_id: str, tolerance: float) -> Expectation:
@@ -273,47 +308,40 @@ def act(
 
 
 def textfile(directory: Path, profile: str, results: Sequence[HostWindow]) -> Path:
-    """specctl's gauges in the node-exporter textfile format, replaced whole (a collector never
-    reads half a file)."""
-    gauges: dict[str, tuple[str, list[tuple[dict[str, str], float]]]] = {
-        "specctl_watch_accept_length": ("Accept length of the serving release over the last window.", []),
-        "specctl_watch_accept_length_low": ("Lower bound of that window's interval.", []),
-        "specctl_watch_accept_length_high": ("Upper bound of that window's interval.", []),
-        "specctl_watch_floor": ("The accept length below which a window is degraded.", []),
-        "specctl_watch_state": ("1 for the window's state (ok, degraded, unknown, unreachable).", []),
-        "specctl_watch_window_end_seconds": ("When the window ended (Unix time).", []),
-    }
+    """specctl's gauges in the node-exporter textfile format, written by prometheus_client's own
+    registry and `write_to_textfile`: replaced whole (a collector never reads half a file)."""
+    from prometheus_client import CollectorRegistry, Gauge, write_to_textfile
+
+    registry = CollectorRegistry(auto_describe=True)
+    keys = ("profile", "host", "release")
+
+    def gauge(name: str, text: str, *extra: str) -> Gauge:
+        return Gauge(name, text, [*keys, *extra], registry=registry)
+
+    estimate = gauge("specctl_watch_accept_length", "Accept length of the serving release over the last window.")
+    low = gauge("specctl_watch_accept_length_low", "Lower bound of that window's interval.")
+    high = gauge("specctl_watch_accept_length_high", "Upper bound of that window's interval.")
+    floor = gauge("specctl_watch_floor", "The accept length below which a window is degraded.")
+    state = gauge("specctl_watch_state", f"1 for the window's state ({', '.join(STATES)}).", "state")
+    ended = gauge("specctl_watch_window_end_seconds", "When the window ended (Unix time).")
     for r in results:
-        labels = {"profile": profile, "host": r.host, "release": r.release or ""}
+        labels = (profile, r.host, r.release or "")
         interval = r.verdict.interval if r.verdict else None
-        if interval:
-            gauges["specctl_watch_accept_length"][1].append((labels, interval.estimate))
-            gauges["specctl_watch_accept_length_low"][1].append((labels, interval.low))
-            gauges["specctl_watch_accept_length_high"][1].append((labels, interval.high))
+        if interval:  # an interval's figures are finite (a window with a NaN or ±Inf is discarded)
+            estimate.labels(*labels).set(interval.estimate)
+            low.labels(*labels).set(interval.low)
+            high.labels(*labels).set(interval.high)
         if r.verdict and r.verdict.floor is not None:
-            gauges["specctl_watch_floor"][1].append((labels, r.verdict.floor))
-        for state in ("ok", "degraded", "unknown", "unreachable"):
-            gauges["specctl_watch_state"][1].append(({**labels, "state": state}, float(r.state == state)))
+            floor.labels(*labels).set(r.verdict.floor)
+        for name in STATES:
+            state.labels(*labels, name).set(float(r.state == name))
         if r.window:
-            gauges["specctl_watch_window_end_seconds"][1].append((labels, r.window.end))
-    lines = []
-    for name, (text, samples) in gauges.items():
-        lines += [f"# HELP {name} {text}", f"# TYPE {name} gauge"]
-        for labels, value in samples:
-            shown = ",".join(f'{k}="{_escaped(v)}"' for k, v in labels.items())
-            lines.append(f"{name}{{{shown}}} {value!r}")
+            ended.labels(*labels).set(r.window.end)
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / f"specctl_watch_{profile}.prom"
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".specctl_watch.", suffix=".tmp")
-    with os.fdopen(fd, "w") as out:
-        out.write("\n".join(lines) + "\n")
-    os.chmod(tmp, 0o644)
-    os.replace(tmp, path)
+    write_to_textfile(str(path), registry)  # to `path.PID.THREAD` beside it, then renamed over it
+    path.chmod(0o644)
     return path
-
-
-def _escaped(value: str) -> str:
-    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 
 
 def _iso(at: float) -> str:
@@ -329,6 +357,29 @@ def judge_host(
     result = HostWindow(s.name, current)
     if current is None:
         result.error = f"{s.profile} has no current release on {s.name}"
+        return result
+    if hw.down or hw.unreadable:  # nothing to judge: never a verdict, never an action
+        result.down, result.unreadable = hw.down, hw.unreadable
+        ctx.ledger.record_window(
+            WatchWindow(
+                rec.run_id,
+                s.name,
+                current,
+                s.profile,
+                _iso(since),
+                _iso(time.time()),
+                result.state,
+                0,
+                None,
+                None,
+                None,
+                None,
+                None,
+                None,
+                None,
+                {"reason": result.reason},
+            )
+        )
         return result
     if s.docs(current).summary.get("baseline"):  # without speculation (watch's own plain fallback)
         window = Window(
@@ -387,10 +438,11 @@ def _judge_named(
 
 
 def exit_status(results: Sequence[HostWindow]) -> int:
-    """--once: 4 when it acted, 3 when a host could not be reached, 1 when degraded, else 0 (ok or unknown)."""
+    """--once: 4 when it acted, 3 when a host could not be reached or its release is down, 1 when
+    degraded, else 0 (ok, unknown, unreadable: nothing decided)."""
     if any(r.action and r.action.split(":")[0] in ("plain", "rollback") for r in results):
         return 4
-    if any(r.error for r in results):
+    if any(r.error or r.down for r in results):
         return 3
     return 1 if any(r.state == "degraded" for r in results) else 0
 

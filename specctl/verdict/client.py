@@ -23,7 +23,16 @@ from specctl.verdict._stream import Stream
 from specctl.verdict.engine_errors import MAX_ANSWER_BYTES, SHOWN_BYTES, EngineAnswerError, EngineHTTPError
 from specctl.verdict.generation import Generation, MalformedBody, parse_chat, parse_generate
 
-__all__ = ["CHAT_PATH", "EngineClient"]
+__all__ = ["CHAT_PATH", "EngineClient", "MetricsPage"]
+
+
+@dataclasses.dataclass(frozen=True)
+class MetricsPage:
+    """A `/metrics` answer as it came: the content type the server declared, and the body."""
+
+    content_type: str
+    body: bytes
+
 
 CHAT_PATH = "/v1/chat/completions"
 
@@ -101,15 +110,18 @@ class EngineClient:
         """The body of a 2xx answer; any other status is an EngineHTTPError carrying it."""
         status, body = self._exchange(method, path, payload, timeout_s)
         if not 200 <= status < 300:
-            raise EngineHTTPError(
-                f"{method} {path} on {self.host}: HTTP {status} {body[:SHOWN_BYTES]!r}",
-                host=self.host,
-                status=status,
-                method=method,
-                path=path,
-                fix="the server refused the request: its log (`specctl logs`) says why",
-            )
+            raise self._refused(method, path, status, body)
         return body
+
+    def _refused(self, method: str, path: str, status: int, body: bytes) -> EngineHTTPError:
+        return EngineHTTPError(
+            f"{method} {path} on {self.host}: HTTP {status} {body[:SHOWN_BYTES]!r}",
+            host=self.host,
+            status=status,
+            method=method,
+            path=path,
+            fix="the server refused the request: its log (`specctl logs`) says why",
+        )
 
     def _json(self, method: str, path: str, payload: Any = None, timeout_s: float | None = None) -> tuple[Any, bytes]:
         """The decoded JSON of a 2xx answer (None for an empty body) and the raw bytes, for errors."""
@@ -226,9 +238,21 @@ class EngineClient:
         """The server's resolved arguments, at the route its version serves them on."""
         return self._object("GET", path, timeout_s)
 
-    def metrics(self, *, timeout_s: float | None = None) -> str:
-        """The engine's Prometheus metrics page (text exposition format; served with --enable-metrics)."""
-        return self._answer("GET", "/metrics", timeout_s=timeout_s).decode(errors="replace")
+    def metrics(self, *, timeout_s: float | None = None) -> MetricsPage:
+        """The engine's Prometheus metrics page (served with --enable-metrics) as it came: its declared
+        content type and its bytes, so a page that is not the text format can be described, never quoted."""
+        pages: list[MetricsPage] = []
+
+        def read(response: http.client.HTTPResponse) -> None:
+            body = response.read(MAX_ANSWER_BYTES + 1)
+            if len(body) > MAX_ANSWER_BYTES:
+                raise self._malformed("GET", "/metrics", f"the answer is larger than {MAX_ANSWER_BYTES} bytes", b"")
+            pages.append(MetricsPage(response.getheader("Content-Type") or "no content type", body))
+
+        status, body = self._exchange("GET", "/metrics", timeout_s=timeout_s, read=read)
+        if not pages:  # not a 2xx
+            raise self._refused("GET", "/metrics", status, body)
+        return pages[0]
 
     def model_info(self, *, timeout_s: float | None = None) -> dict[str, Any]:
         return self._object("GET", "/model_info", timeout_s)

@@ -1,9 +1,14 @@
-"""Prometheus' text exposition format (0.0.4), as an engine's `/metrics` answers it: pure parsing.
+"""An engine's `/metrics` page (Prometheus' text exposition format, 0.0.4), read by prometheus_client's own
+parser, and the rules `watch` adds on top of it.
 
-Only what `watch` reads is kept: each sample's name, labels and value. Comments (`# HELP`, `# TYPE`)
-are skipped; label values are unescaped (`\\\\`, `\\"`, `\\n`); values are Go floats (`3.0`, `NaN`,
-`+Inf`, `1.2e+08`); an optional timestamp after the value is ignored. A line that is none of these
-is an error naming its number, never skipped in silence: a window judged on half a page is wrong.
+The parser is the well-kept one (`prometheus_client.parser.text_string_to_metric_families`), not ours:
+it refuses garbage, HTML and binary pages, unescapes label values and reads Go floats. It takes what the
+format allows but a window cannot be judged on: NaN, ±Inf, a negative counter, one series twice on one
+page (prometheus_client writes such a page; Prometheus itself refuses the scrape). `duplicate` and
+`unusable` name those, and verdict/window.py discards a window that holds one: never summed, never `ok`.
+
+prometheus_client is imported when a page is read, never at start-up (validate, check and render stay
+light: tests/test_lightweight.py).
 """
 
 from __future__ import annotations
@@ -12,7 +17,7 @@ import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-__all__ = ["MetricsError", "Sample", "mean", "parse", "total"]
+__all__ = ["MetricsError", "Sample", "duplicate", "mean", "parse", "total", "unusable"]
 
 
 class MetricsError(ValueError):
@@ -28,68 +33,42 @@ class Sample:
     def label(self, key: str) -> str | None:
         return dict(self.labels).get(key)
 
+    def series(self) -> str:
+        """The series as a page writes it, without its value: `name{key="value",...}`."""
+        shown = ",".join(f'{k}="{v}"' for k, v in self.labels)
+        return f"{self.name}{{{shown}}}" if shown else self.name
+
 
 def parse(text: str) -> list[Sample]:
-    samples = []
-    for number, raw in enumerate(text.splitlines(), 1):
-        line = raw.strip()
-        if not line or line.startswith("#"):
-            continue
-        try:
-            samples.append(_sample(line))
-        except (ValueError, IndexError) as exc:
-            raise MetricsError(f"line {number}: {exc}: {raw[:120]!r}") from None
-    return samples
+    """Every sample on the page, in its order. Raises MetricsError, without quoting the page (the
+    parser's own message carries the offending line, which may be anything the server sent)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    try:
+        return [
+            Sample(s.name, tuple(sorted(s.labels.items())), float(s.value))
+            for family in text_string_to_metric_families(text)
+            for s in family.samples
+        ]
+    except (ValueError, TypeError, IndexError, KeyError) as exc:  # what the parser raises on a page it cannot read
+        raise MetricsError(f"not the Prometheus text format ({type(exc).__name__})") from None
 
 
-def _sample(line: str) -> Sample:
-    brace = line.find("{")
-    space = line.find(" ")
-    if brace != -1 and (space == -1 or brace < space):
-        name = line[:brace]
-        labels, rest = _labels(line, brace + 1)
-    else:
-        name, _, rest = line.partition(" ")
-        labels = ()
-    if not name:
-        raise ValueError("no metric name")
-    fields = rest.split()
-    if not fields:
-        raise ValueError("no value")
-    return Sample(name, labels, _value(fields[0]))
+def duplicate(samples: Iterable[Sample]) -> Sample | None:
+    """The first series that appears twice on one page (same name and labels), None when none does:
+    a page that says two things of one series cannot be read as either."""
+    seen: set[tuple[str, tuple[tuple[str, str], ...]]] = set()
+    for s in samples:
+        if (s.name, s.labels) in seen:
+            return s
+        seen.add((s.name, s.labels))
+    return None
 
 
-def _labels(line: str, at: int) -> tuple[tuple[tuple[str, str], ...], str]:
-    """The labels from `at` (just past `{`) to the closing brace, and the text after it."""
-    pairs: list[tuple[str, str]] = []
-    while True:
-        while line[at] in " ,":
-            at += 1
-        if line[at] == "}":
-            return tuple(pairs), line[at + 1 :]
-        equals = line.index("=", at)
-        key = line[at:equals].strip()
-        if line[equals + 1] != '"':
-            raise ValueError(f"label {key} has no quoted value")
-        value, at = _quoted(line, equals + 2)
-        pairs.append((key, value))
-
-
-def _quoted(line: str, at: int) -> tuple[str, int]:
-    out = []
-    while line[at] != '"':
-        if line[at] == "\\":
-            at += 1
-            out.append({"n": "\n", "\\": "\\", '"': '"'}.get(line[at], "\\" + line[at]))
-        else:
-            out.append(line[at])
-        at += 1
-    return "".join(out), at + 1
-
-
-def _value(text: str) -> float:
-    special = {"NaN": math.nan, "+Inf": math.inf, "-Inf": -math.inf, "Inf": math.inf}
-    return special[text] if text in special else float(text)
+def unusable(samples: Iterable[Sample], name: str) -> Sample | None:
+    """The first series of `name` whose value no window can use (NaN, ±Inf, negative), None when none:
+    every series `watch` reads is a count or an accept length, finite and never below 0."""
+    return next((s for s in samples if s.name == name and not (math.isfinite(s.value) and s.value >= 0)), None)
 
 
 def _values(samples: Iterable[Sample], name: str, match: Mapping[str, str] | None) -> list[float]:

@@ -15,10 +15,14 @@ observation of such a pair (the interval is then the ratio estimator's, as verif
   decode logged yet).
 - `probe`: pairs measured per request on a small probe the watch sent itself (flows build these).
 
-A lifetime average (sglang's `/server_info`) cannot be cut into windows and is never used. A window
-whose looks were answered by different servers (a restart, a release switch) or whose counters went
-back is discarded, with why. A counter absent from the first looks and present later is one that had
-not counted yet (a labelled counter appears with its first increment): it counts from 0.
+A lifetime average (sglang's `/server_info`) cannot be cut into windows and is never used. A window is
+discarded, with why (its verdict is then `unknown`: never `ok`, never a sum, never an action), when
+its looks were answered by different servers (a restart, a release switch), when a counter went back
+between two looks at one server, when a page holds one series twice, or when a series it reads is
+NaN, ±Inf or negative. A pair of looks where a counter is absent at either end is dropped: a counter
+that first appears mid-window (a labelled counter appears with its first increment, or the engine
+exports it late) may already hold its lifetime, and counting it from 0 would take that lifetime for
+one interval's traffic. A new counter so costs one pair of looks.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from specctl.verdict import prometheus
 from specctl.verdict.prometheus import Sample, mean, total
 
 __all__ = ["Scrape", "Source", "Window", "from_scrapes"]
@@ -81,6 +86,19 @@ class Window:
         }
 
 
+class _Unusable(Exception):
+    """Why a window cannot be judged at all (its `discarded`)."""
+
+
+def _read(scrape: Scrape, name: str, match: Mapping[str, str] | None = None, *, gauge: bool = False) -> float | None:
+    """A counter's total (a gauge's mean) on one look, after the checks every read makes: None when the
+    page has no such series."""
+    bad = prometheus.unusable(scrape.samples, name)
+    if bad is not None:
+        raise _Unusable(f"{bad.series()} is {bad.value!r} on the engine's page (a count is finite and not negative)")
+    return (mean if gauge else total)(scrape.samples, name, match)
+
+
 def from_scrapes(scrapes: Sequence[Scrape], source: Source) -> Window:
     method = "counters" if source.verify_calls else "gauge"
     if len(scrapes) < 2:
@@ -92,35 +110,53 @@ def from_scrapes(scrapes: Sequence[Scrape], source: Source) -> Window:
         return Window(
             start, end, method, discarded=f"another server answered during the window ({' -> '.join(servers)})"
         )
+    try:
+        return _counted(scrapes, source, method)
+    except _Unusable as why:
+        return Window(start, end, method, discarded=str(why))
+
+
+def _counted(scrapes: Sequence[Scrape], source: Source, method: str) -> Window:
+    start, end = scrapes[0].at, scrapes[-1].at
+    for s in scrapes:
+        twice = prometheus.duplicate(s.samples)
+        if twice is not None:
+            raise _Unusable(f"{twice.series()} appears twice on one page of the engine's (never summed)")
     weight = source.verify_calls or source.decode_tokens or source.tokens
     weight_match = source.decode_match if weight == source.decode_tokens else {}
+    names = {"tokens": source.tokens, "requests": source.requests, "weight": weight}
     series = {
-        "tokens": [total(s.samples, source.tokens) for s in scrapes],
-        "requests": [total(s.samples, source.requests) for s in scrapes],
-        "weight": [total(s.samples, weight, weight_match) for s in scrapes],
+        "tokens": [_read(s, source.tokens) for s in scrapes],
+        "requests": [_read(s, source.requests) for s in scrapes],
+        "weight": [_read(s, weight, weight_match) for s in scrapes],
     }
-    counted: dict[str, list[float]] = {}
+    gauges = [_read(s, source.accept_length, gauge=True) for s in scrapes] if not source.verify_calls else []
     for what, values in series.items():
-        name = {"tokens": source.tokens, "requests": source.requests, "weight": weight}[what]
         if all(v is None for v in values):
-            return Window(
-                start, end, method, discarded=f"no {name} on the engine's page (a counter appears once it first counts)"
-            )
-        counted[what] = [0.0 if v is None else v for v in values]  # a counter not yet shown has counted nothing
-        if any(b < a for a, b in zip(counted[what], counted[what][1:], strict=False)):
-            return Window(start, end, method, discarded=f"{name} went back: the engine restarted during the window")
-    tokens, weights = counted["tokens"], counted["weight"]
-    requests = int(counted["requests"][-1] - counted["requests"][0])
+            raise _Unusable(f"no {names[what]} on the engine's page (a counter appears once it first counts)")
+        for a, b in zip(values, values[1:], strict=False):
+            if a is not None and b is not None and b < a:
+                raise _Unusable(f"{names[what]} went back from {a:g} to {b:g} between two looks at one server")
+    # a pair of looks is an observation only where every counter it reads is on both pages
+    kept = [
+        i
+        for i in range(1, len(scrapes))
+        if all(values[i - 1] is not None and values[i] is not None for values in series.values())
+    ]
+    tokens, weights, requested = (
+        [0.0 if v is None else v for v in series[what]] for what in ("tokens", "weight", "requests")
+    )
+    requests = int(sum(requested[i] - requested[i - 1] for i in kept))
     pairs: list[tuple[float, float]] = []
     if source.verify_calls:
-        for i in range(1, len(scrapes)):
+        for i in kept:
             steps = weights[i] - weights[i - 1]
             if steps > 0:
                 pairs.append((tokens[i] - tokens[i - 1], steps))
         return Window(start, end, method, tuple(pairs), requests)
-    for i in range(1, len(scrapes)):
+    for i in kept:
         generated = weights[i] - weights[i - 1]
-        gauge = mean(scrapes[i].samples, source.accept_length)
+        gauge = gauges[i]
         if generated > 0 and gauge:
             pairs.append((generated, generated / gauge))
     note = (

@@ -82,12 +82,18 @@ def test_the_exit_status_says_what_cron_needs_to_know() -> None:
     assert exit_status([acted, gone]) == 4
     refused = HostWindow("h1", "r", verdict=_verdict("degraded"), action="refused: same drafter")
     assert exit_status([refused]) == 1
+    down = HostWindow("h4", "r", down="r is current on h4, but no server of it runs")
+    unreadable = HostWindow("h5", "r", unreadable="its /metrics page is not the Prometheus text format")
+    assert (down.state, unreadable.state) == ("down", "unreadable")
+    assert exit_status([ok, down]) == 3  # a current with no server is a host failure, not `unknown`
+    assert exit_status([ok, unreadable]) == 0  # nothing decided, as unknown
 
 
 def test_the_textfile_is_prometheus_text_that_node_exporter_reads(tmp_path: Path) -> None:
     rows = [
         HostWindow("h0", "r1", Window(0, 1_764_756_000.0, "counters"), _verdict("degraded")),
         HostWindow("h1", None, error="cannot connect"),
+        HostWindow("h2", "r2", down="r2 is current on h2, but no server of it runs"),
     ]
     path = textfile(tmp_path / "collector", "p", rows)
     samples = parse(path.read_text())
@@ -96,5 +102,7 @@ def test_the_textfile_is_prometheus_text_that_node_exporter_reads(tmp_path: Path
     assert values[("specctl_watch_floor", "h0", None)] == 3.1
     assert values[("specctl_watch_state", "h0", "degraded")] == 1 and values[("specctl_watch_state", "h0", "ok")] == 0
     assert values[("specctl_watch_state", "h1", "unreachable")] == 1
+    assert values[("specctl_watch_state", "h2", "down")] == 1 and values[("specctl_watch_state", "h2", "ok")] == 0
+    assert "# TYPE specctl_watch_state gauge" in path.read_text()  # prometheus_client's registry wrote it
     assert values[("specctl_watch_window_end_seconds", "h0", None)] == 1_764_756_000.0
     assert [p.name for p in path.parent.iterdir()] == ["specctl_watch_p.prom"]  # no temporary left behind

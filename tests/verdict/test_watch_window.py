@@ -9,7 +9,7 @@ import random
 import pytest
 
 from specctl.verdict.drift import Expectation, judge, look_level
-from specctl.verdict.prometheus import MetricsError, parse, total
+from specctl.verdict.prometheus import MetricsError, Sample, duplicate, parse, total, unusable
 from specctl.verdict.window import Scrape, Source, Window, from_scrapes
 
 PAGE = """# HELP sglang:spec_accept_length Mean acceptance length of speculative decoding.
@@ -35,15 +35,27 @@ OLD = Source(
 )
 
 
-def test_the_exposition_format_is_read_as_prometheus_client_writes_it() -> None:
+def test_the_exposition_format_is_read_by_prometheus_client() -> None:
     samples = parse(PAGE)
     assert samples[0].label("model_name") == 'a "b"\\c' and samples[0].value == 3.21
     assert total(samples, "sglang:generation_tokens_total") == 123456789 + 10  # summed over is_streaming
     assert total(samples, "sglang:generation_tokens_total", {"is_streaming": "true"}) == 10
     assert math.isnan(samples[3].value) and samples[4].value == math.inf
     assert total(samples, "sglang:spec_verify_calls_total") is None
-    with pytest.raises(MetricsError, match="line 2"):
-        parse("ok 1\nbroken{x=1} 2\n")
+    for page in ("ok 1\nbroken{x=1} 2\n", "<html><body>502 Bad Gateway</body></html>", "\x00\x01\xff\xfe"):
+        with pytest.raises(MetricsError, match="not the Prometheus text format") as caught:
+            parse(page)
+        assert "html" not in str(caught.value) and "broken" not in str(caught.value)  # never the bytes
+    assert duplicate(parse('a{x="1"} 1\nb 2\na{x="1"} 3\n')) == Sample("a", (("x", "1"),), 3.0)
+    assert duplicate(parse('a{x="1"} 1\na{x="2"} 3\n')) is None
+    assert [unusable(parse(f"a {v}"), "a") is not None for v in ("NaN", "+Inf", "-Inf", "-1", "0", "2.5")] == [
+        True,
+        True,
+        True,
+        True,
+        False,
+        False,
+    ]
 
 
 def page(tokens: float, steps: float, requests: float, gauge: float, decode: float) -> tuple:
@@ -84,17 +96,65 @@ def test_an_old_engine_weights_its_gauge_by_the_decode_tokens_between_looks() ->
 
 def test_a_restart_or_a_switch_discards_the_window() -> None:
     went_back = [Scrape(0, page(500, 100, 9, 3, 0), "r1"), Scrape(5, page(20, 5, 1, 3, 0), "r1")]
-    assert "went back" in (from_scrapes(went_back, NEW).discarded or "")
+    assert "went back from 500 to 20 between two looks at one server" in (from_scrapes(went_back, NEW).discarded or "")
     switched = [Scrape(0, page(0, 0, 0, 3, 0), "r1 t0"), Scrape(5, page(9, 3, 1, 3, 0), "r2 t1")]
     assert "another server answered" in (from_scrapes(switched, NEW).discarded or "")
     missing = [Scrape(0, tuple(parse("x 1")), "r1"), Scrape(5, tuple(parse("x 2")), "r1")]
     assert "no sglang:generation_tokens_total on the engine's page" in (from_scrapes(missing, NEW).discarded or "")
-    # a counter that first appears mid-window had counted nothing before
+
+
+def test_a_counter_absent_at_either_end_of_a_pair_drops_that_pair() -> None:
+    """A counter first seen mid-window may hold its lifetime (9000 tokens over 2500 verify steps, 3.6):
+    counted from 0 its first delta would be that lifetime against one interval's steps."""
     late = [
-        Scrape(0, tuple(parse("sglang:num_requests_total 0\nsglang:spec_accept_length 0")), "r1"),
-        Scrape(5, page(90, 30, 2, 3, 0), "r1"),
+        Scrape(0, tuple(parse("sglang:num_requests_total 0\nsglang:generation_tokens_total 9000")), "r1"),
+        Scrape(5, page(9090, 2530, 2, 3, 0), "r1"),
+        Scrape(10, page(9180, 2560, 4, 3, 0), "r1"),
     ]
-    assert from_scrapes(late, NEW).pairs == ((90, 30),)
+    w = from_scrapes(late, NEW)
+    assert w.discarded is None and w.pairs == ((90, 30),) and w.requests == 2
+    gone = [Scrape(0, page(0, 0, 0, 3, 0), "r1"), Scrape(5, page(90, 30, 2, 3, 0), "r1")]
+    gone.append(Scrape(10, tuple(parse("sglang:generation_tokens_total 180\nsglang:num_requests_total 4")), "r1"))
+    assert from_scrapes(gone, NEW).pairs == ((90, 30),)
+
+
+@pytest.mark.parametrize(
+    ("text", "why"),
+    [
+        ('sglang:generation_tokens_total{model_name="m"} NaN', 'sglang:generation_tokens_total{model_name="m"} is nan'),
+        ('sglang:generation_tokens_total{model_name="m"} +Inf', "is inf"),
+        ('sglang:spec_verify_calls_total{model_name="m"} -Inf', "is -inf"),
+        ('sglang:num_requests_total{model_name="m"} NaN', "sglang:num_requests_total"),
+        ('sglang:spec_verify_calls_total{model_name="m"} -3', "is -3.0"),
+        ('sglang:generation_tokens_total{model_name="m"} 5', 'generation_tokens_total{model_name="m"} appears twice'),
+    ],
+)
+def test_a_value_no_window_can_use_or_a_series_twice_discards_the_window(text: str, why: str) -> None:
+    """Never `ok`, never summed: the window is discarded (its verdict unknown) with the reason."""
+    good = [Scrape(float(i), page(100 * i, 30 * i, 3 * i, 3, 0), "r1") for i in range(4)]
+    hostile = Scrape(4.0, (*page(400, 120, 12, 3, 0), *parse(text)), "r1")
+    if "twice" not in why:  # the hostile series replaces the page's own
+        name = text.split("{")[0].split(" ")[0]
+        hostile = Scrape(4.0, (*(s for s in page(400, 120, 12, 3, 0) if s.name != name), *parse(text)), "r1")
+    w = from_scrapes([*good, hostile], NEW)
+    assert why in (w.discarded or "") and w.pairs == ()
+    verdict = judge(w, Expectation(gate=3.0, verified_low=3.4, tolerance=0.3), 1)
+    assert verdict.state == "unknown" and why in verdict.reason
+
+
+def test_a_gauge_no_window_can_use_discards_an_old_engines_window() -> None:
+    looks = [Scrape(float(i), page(0, 0, i, 3.0, 100 * i), "r1") for i in range(3)]
+    looks.append(
+        Scrape(
+            3.0,
+            (
+                *(s for s in page(0, 0, 3, 3.0, 300) if "accept" not in s.name),
+                *parse('sglang:spec_accept_length{model_name="m",tp_rank="0"} NaN'),
+            ),
+            "r1",
+        )
+    )
+    assert "sglang:spec_accept_length" in (from_scrapes(looks, OLD).discarded or "")
 
 
 def window(mean: float, n: int = 40, seed: int = 0) -> Window:
