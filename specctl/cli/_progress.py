@@ -27,6 +27,7 @@ STAGE_WORDS = {
     "preflight": "preflight",
     "stage": "staging checkpoints",
     "materialise": "writing the release",
+    "prove": "proving the release",
     "stop-previous": "stopping the running server",
     "start": "starting",
     "ready": "waiting until it serves",

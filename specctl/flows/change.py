@@ -246,7 +246,6 @@ def prove(c: Change) -> None:
     s = c.session
     found = proving.unset_secrets(c.secrets, s.ctx.secrets_env)
     if s.platform.on_host and c.engine is not None and c.profile is not None:
-        s.progress("proving the release on the host")
         pinned = c.profile.engine.version if c.engine.pins_installed_version() else ""
         c.proof = proving.run(s.transport, c.engine, release_dir=c.release.dir, root=s.root, pinned=pinned)
         found += proving.problems(c.proof, python=c.python, engine_name=c.engine.name)
@@ -254,6 +253,11 @@ def prove(c: Change) -> None:
         if strangers:
             s.note(f"warning: the GPUs run {', '.join(strangers)}, none of them a server of {s.profile}")
         s.ctx.on_event(s.name, {"event": "proved", **c.proof.to_dict()})
+    # whatever places the server asked as it will be asked (a scheduler's dry run of the job)
+    found += [
+        proving.Problem("start", said, f"fix what {s.name}'s inventory entry asks for (the refusal names it)")
+        for said in s.platform.prove_start(c.release)
+    ]
     if found:
         raise HostError(
             f"{s.name}: release {c.release.run_id} not proven: " + "; ".join(f"{p.check}: {p.message}" for p in found),

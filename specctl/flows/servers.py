@@ -12,9 +12,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from specctl.engines.base import Engine
 from specctl.errors import HostError
 from specctl.facts import host as host_facts
-from specctl.engines.base import Engine
 from specctl.facts.host import HostFacts
 from specctl.flows.session import error_text
 from specctl.flows.static import CheckReport, plan
@@ -236,7 +236,8 @@ def _prove(
         )
         found += proving.problems(proof, python=p.engine.python, engine_name=engine.name)
         shown = proof.to_dict()
-    return {"ok": not found, "problems": [{"check": x.check, "message": x.message, "fix": x.fix} for x in found], **shown}
+    problems = [{"check": x.check, "message": x.message, "fix": x.fix} for x in found]
+    return {"ok": not found, "problems": problems, **shown}
 
 
 def preview(

@@ -217,6 +217,30 @@ def test_dry_run_changes_nothing(cli: Any, fleet: dict[str, Any], fake_hosts: An
     assert sorted(str(p) for p in fake_hosts.root("h0").rglob("*")) == before and not fake_engine.servers
 
 
+def test_dry_run_proves_the_release_on_the_host(
+    cli: Any, fleet: dict[str, Any], fake_hosts: Any, fake_engine: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    good = cli("--json", "deploy", *BUDGET, fleet["v1"], "--dry-run", "--hosts", "h0", *fleet["common"])
+    assert good.code == 0, good.stderr
+    [row] = good.json()["dry_run"]
+    assert row["prove"]["ok"] and row["prove"]["problems"] == [] and row["prove"]["engine"]["check"] is None, row
+    monkeypatch.delenv("SPECCTL_TEST_UNSET_SECRET", raising=False)
+    bad = write_profile(
+        Path(fleet["v1"]).parent / "v3.yaml",
+        fleet["v1"],
+        3,
+        secrets=["SPECCTL_TEST_UNSET_SECRET"],
+        engine={"args": {"no-such-flag": 1}},
+    )
+    before = sorted(str(p) for p in fake_hosts.root("h0").rglob("*"))
+    result = cli("--json", "deploy", *BUDGET, str(bad), "--dry-run", "--skip-check", "--hosts", "h0", *fleet["common"])
+    [row] = result.json()["dry_run"]
+    assert not row["prove"]["ok"]
+    checks = {p["check"]: p["message"] for p in row["prove"]["problems"]}
+    assert "SPECCTL_TEST_UNSET_SECRET" in checks["secret"] and "--no-such-flag" in checks["engine-parse"], checks
+    assert sorted(str(p) for p in fake_hosts.root("h0").rglob("*")) == before and not fake_engine.servers
+
+
 def test_an_unreachable_host_fails_alone_before_anything_stops(
     cli: Any, fleet: dict[str, Any], fake_hosts: Any, fake_engine: Any
 ) -> None:
@@ -263,6 +287,7 @@ def test_without_a_terminal_each_host_says_each_stage_once_and_the_deploy_ends_w
     stages = [
         "preflight",
         "writing the release",
+        "proving the release",
         "stopping the running server",
         "starting",
         "waiting until it serves",
@@ -282,4 +307,4 @@ def test_without_a_terminal_each_host_says_each_stage_once_and_the_deploy_ends_w
     assert sorted(began) == sorted((h, s) for h in HOSTS for s in (*STEPS, "verify"))
 
 
-STEPS = ("preflight", "materialise", "stop-previous", "start", "ready", "switch")
+STEPS = ("preflight", "materialise", "prove", "stop-previous", "start", "ready", "switch")
