@@ -64,16 +64,34 @@ def recorded(
                 ctx.on_note = lambda host, text: _json_line(output, host, {"event": "note", "text": text})
             else:
                 ctx.on_event, ctx.on_progress, ctx.on_note = shown.event, shown.progress, shown.note
+            _say_unset(output, [n for n in secrets or () if n not in os.environ])
             yield ctx
     finally:
         book.close()
 
 
+def _say_unset(output: Output, names: list[str]) -> None:
+    """Names in `secrets:` this environment does not set are said, never dropped in silence: a
+    deploy's `prove` refuses them (flows/prove.py); a command that starts nothing goes on without them."""
+    if not names:
+        return
+    text = (
+        f"secrets: {', '.join(names)} not set in this environment; set them, "
+        "or drop them from secrets: if the model is public"
+    )
+    if output.json_mode:
+        _json_line(output, "-", {"event": "note", "text": text})
+    else:
+        output.err.print(text, markup=False, highlight=False)
+
+
 def _json_line(output: Output, host: str, fields: dict[str, object]) -> None:
-    """One progress event as a JSON object on its own line of stderr (stdout keeps the result)."""
-    import json
+    """One progress event as a JSON object on its own line of stderr (stdout keeps the result), strict
+    JSON as every --json line (cli/_output.py `dumps`)."""
     import time
 
+    from specctl.cli._output import dumps
+
     record = {"host": host, "time": round(time.time(), 3), **fields}
-    output.err.file.write(json.dumps(record, sort_keys=True, default=str) + "\n")
+    output.err.file.write(dumps(record) + "\n")
     output.err.file.flush()
