@@ -4,6 +4,7 @@ naming a running server (the previous one) and nothing else of the profile runni
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 from typing import Any
@@ -198,3 +199,22 @@ def test_a_rollback_to_a_release_whose_engine_changed_is_refused_before_the_stop
     assert "0.0.1-before-the-upgrade" in result.stdout + result.stderr
     os.kill(pid, 0)
     assert os.readlink(local["root"] / "current").rsplit("/", 1)[-1] == newer
+
+
+def test_a_compute_process_on_the_gpus_that_is_not_ours_is_named_a_warning(
+    local: dict[str, Any], cli: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """nvidia-smi (a stand-in on PATH) lists a compute process of no server of the profile: the deploy
+    goes on, and says which process it is."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    smi = bin_dir / "nvidia-smi"
+    smi.write_text(
+        '#!/bin/sh\ncase "$*" in *query-compute-apps*) echo "1, /opt/other/bin/trainer";; esac\nexit 0\n'
+    )  # pid 1: a process group no server of the profile has
+    smi.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    result = cli("--json", "deploy", local["v2"], "--skip-check", "--no-verify", *local["common"])
+    assert result.code == 0, result.stdout + result.stderr
+    notes = [json.loads(line).get("text", "") for line in result.stderr.splitlines() if line.startswith("{")]
+    assert any("/opt/other/bin/trainer (pid 1)" in n and n.startswith("warning") for n in notes), notes
