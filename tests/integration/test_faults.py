@@ -121,39 +121,84 @@ def test_changed_host_key_refuses_the_deploy(cli: Any, lab: SshLab, env: dict[st
     assert current(lab, "h0") == before
 
 
-def test_disk_full_on_the_host(
+def test_a_full_disk_leaves_no_empty_file_and_is_said(
     cli: Any, lab: SshLab, env: dict[str, Any], tmp_path: Path, ssh_options: SshOptions
 ) -> None:
+    """h2's root on a 32 MB tmpfs of its own (its sshd's mount namespace; room for `prove`'s margin),
+    full at first use, full again once a release serves, then freed: each write is whole or absent
+    (never the empty host-identity that read "belongs to another machine", nor the empty lock that
+    stayed "unreadable"), the failure says host, path and what is free (exit 3), and once freed the
+    next deploy works."""
     if os.geteuid() != 0:
         pytest.skip("mounting a tmpfs needs root")
     full = tmp_path / "full"
     full.mkdir()
-    t = ssh_transport(
-        "h2", resolve("h2", ssh_options), ssh_options
-    )  # mounted on the host: it has its own mount namespace
-    t.run(["mount", "-t", "tmpfs", "-o", "size=8k", "tmpfs", str(full)])
+    t = ssh_transport("h2", resolve("h2", ssh_options), ssh_options)
+    t.run(["mount", "-t", "tmpfs", "-o", "size=32m", "tmpfs", str(full)])
+    fill = ["sh", "-c", 'dd if=/dev/zero of="$1/filler" bs=64k >/dev/null 2>&1; true', "sh", str(full)]
+    empty = ["find", str(full), "-type", "f", "-empty"]  # read on h2: only it sees its tmpfs
+    inventory = tmp_path / "hosts-full.yaml"
+    inventory.write_text(Path(env["inventory"]).read_text().replace(f"root: {lab.hosts['h2'].root}", f"root: {full}"))
+    deploy = ["--json", "deploy", env["v1"], "--hosts", "h2", "--baseline", "skip", "--no-verify"]
+    common = ["--inventory", str(inventory), "--ssh-config", str(lab.ssh_config)]
     try:
-        inventory = tmp_path / "hosts-full.yaml"
-        inventory.write_text(
-            Path(env["inventory"]).read_text().replace(f"root: {lab.hosts['h2'].root}", f"root: {full}")
-        )
-        result = cli(
-            "--json",
-            "deploy",
-            env["v1"],
-            "--hosts",
-            "h2",
-            "--inventory",
-            str(inventory),
-            "--ssh-config",
-            str(lab.ssh_config),
-        )
-        assert result.code == 3
-        [row] = result.json()["hosts"]
-        assert "No space left on device" in row["detail"]
-        assert not (full / NAME / "current").exists()
+        t.run(fill)
+        first = cli(*deploy, *common)
+        assert first.code == 3, first.stdout + first.stderr
+        [row] = first.json()["hosts"]
+        assert f"no space left on h2 at {full}/" in row["detail"] and " MB free)" in row["detail"], row["detail"]
+        assert t.run(["ls", "-A", str(full)]).stdout.split() == ["filler"]  # nothing half-written
+        t.run(["rm", "-f", f"{full}/filler"])
+        serving = cli(*deploy, *common)
+        assert serving.code == 0, serving.stdout + serving.stderr
+        empties = t.run(empty).stdout.split()  # a release's own (an empty `env`)
+        t.run(fill)
+        later = cli(*deploy, *common)
+        assert later.code == 3, later.stdout + later.stderr
+        [row] = later.json()["hosts"]
+        assert f"no space left on h2 at {full}/{NAME}/lock (0.0 MB free)" in row["detail"], row["detail"]
+        assert t.run(empty).stdout.split() == empties and "lock" not in t.run(["ls", f"{full}/{NAME}"]).stdout.split()
+        [h2] = cli("--json", "status", env["v1"], "--hosts", "h2", *common).json()["hosts"]
+        assert h2["healthy"] and h2["current"] == serving.json()["hosts"][0]["release"]  # never touched
+        t.run(["rm", "-f", f"{full}/filler"])
+        again = cli(*deploy, *common)
+        assert again.code == 0, again.stdout + again.stderr
     finally:
+        cli("stop", env["v1"], "--hosts", "h2", *common)
         t.run(["umount", str(full)], check=False)
+
+
+def test_one_host_under_two_inventory_names_and_one_root(
+    cli: Any, lab: SshLab, env: dict[str, Any], tmp_path: Path
+) -> None:
+    """`a` and `b` both reach h0, with one `root:`. In one run, both once "took" the lock (its owner
+    named no host), then "mv: ... Directory not empty"; across runs, the server started through `a`
+    was a stranger through `b` (its mark held the name), and `current` moved past it."""
+    root = lab.hosts["h0"].root
+    inventory = tmp_path / "hosts-two-names.yaml"
+    entries = "".join(f"  {n}:\n    ssh: h0\n    root: {root}\n    python: {sys.executable}\n" for n in ("a", "b"))
+    inventory.write_text(f"apiVersion: specctl/v1\nkind: Inventory\nhosts:\n{entries}")
+    common = ["--inventory", str(inventory), "--ssh-config", str(lab.ssh_config)]
+    deploy = ["--json", "deploy", env["v1"], "--baseline", "skip", "--no-verify"]
+    try:
+        both = cli(*deploy, "--hosts", "a,b", *common)
+        assert both.code == 3 and "Directory not empty" not in both.stdout + both.stderr, both.stdout + both.stderr
+        rows = {r["host"]: r for r in both.json()["hosts"]}
+        refused = [r for r in rows.values() if "one machine under two inventory names" in (r.get("detail") or "")]
+        assert len(refused) == 1, rows
+        first = cli(*deploy, "--hosts", "a", *common)
+        assert first.code == 0, first.stdout + first.stderr
+        serving = first.json()["hosts"][0]["release"]
+        [b] = cli("--json", "status", env["v1"], "--hosts", "b", *common).json()["hosts"]
+        assert b["running"] and b["healthy"] and b["current"] == serving and b["strangers"] == [], b
+        second = cli(*deploy, "--hosts", "b", *common)
+        assert second.code == 0, second.stdout + second.stderr
+        assert "reaches the state root" in " ".join((second.stdout + second.stderr).split())
+        [a] = cli("--json", "status", env["v1"], "--hosts", "a", *common).json()["hosts"]
+        assert a["healthy"] and a["current"] == second.json()["hosts"][0]["release"]
+        assert [s["release"] for s in a["servers"]] == [a["current"]], a  # the first server stopped, through b
+    finally:
+        cli("stop", env["v1"], "--hosts", "a", *common)
 
 
 def test_sshd_killed_in_the_middle_of_a_deploy(cli: Any, lab: SshLab, env: dict[str, Any]) -> None:
