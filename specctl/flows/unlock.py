@@ -16,7 +16,8 @@ def unlock(
     ctx: Context, profile: dict[str, Any], sha256: str, hosts: Sequence[HostSpec], *, force: bool = False
 ) -> tuple[str, dict[str, Any]]:
     """Per host the lock removed (None: there was none). A holder whose process still runs (or may:
-    on another machine) is refused unless `force`."""
+    on another machine) is refused unless `force`; an empty lock (a write cut short by a full disk,
+    before locks were written whole) holds nothing and is removed."""
     name = profile["metadata"]["name"]
     removed: dict[str, Any] = {}
     with recording(
@@ -25,7 +26,8 @@ def unlock(
         for host in hosts:
             session = ctx.session(host, name)
             held = lock.read(session.transport, session.base)
-            if held is not None and not force and lock.holder_alive(held) is not False:
+            empty = held is not None and not str(held.get("unreadable", "x")).strip()  # an interrupted write's
+            if held is not None and not force and not empty and lock.holder_alive(held) is not False:
                 raise HostError(
                     f"{host.name}: {session.base} is locked by {lock.describe(held)}",
                     host=host.name,
