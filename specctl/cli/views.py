@@ -240,7 +240,7 @@ def _window_text(row: Mapping[str, Any]) -> tuple[str, str, str]:
     interval = verdict.get("interval")
     measured = f"{interval['estimate']:.2f} [{interval['low']:.2f}, {interval['high']:.2f}]" if interval else "-"
     floor = verdict.get("floor")
-    why = row.get("error") or verdict.get("reason") or ""
+    why = row.get("error") or row.get("reason") or verdict.get("reason") or ""  # reason: down, unreadable too
     if row.get("action"):
         why += f"; {row['action']}"
     return measured, "-" if floor is None else f"{floor:.2f}", why
@@ -255,7 +255,7 @@ def watch_view(profile: str, rows: Sequence[Mapping[str, Any]]) -> RenderableTyp
     )
     for r in rows:
         measured, floor, why = _window_text(r)
-        state = r["state"].upper() if r["state"] in ("degraded", "unreachable") else r["state"]
+        state = r["state"].upper() if r["state"] in ("degraded", "unreachable", "down") else r["state"]
         table.add_row(r["host"], r.get("release") or "-", state, measured, floor, why)
     return table
 

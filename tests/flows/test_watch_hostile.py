@@ -216,3 +216,5 @@ def test_watch_once_on_a_killed_server_is_down_exit_3(cli: Any, watched: dict[st
     code, row = _watch(cli, watched)
     assert (code, row["state"], row["action"]) == (3, "down", None), row
     assert "no server of it runs" in row["reason"]
+    shown = cli("watch", watched["v1"], *WATCH, *watched["common"])
+    assert shown.code == 3 and "DOWN" in shown.stdout and "killed" in " ".join(shown.stdout.split()), shown.stdout

@@ -7,6 +7,10 @@ a real sshd host."""
 
 from __future__ import annotations
 
+import json
+import os
+import signal
+import time
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +25,10 @@ NAME = "tiny-llama-demo"
 # 8 s of users' traffic, looked at every 0.5 s: 14-15 looks (watch needs 8) and 50-110 requests, decided
 # with room (ok [3.49, 3.67], degraded [1.7, 2.22] against the floor 3.0, on a machine running other labs)
 WINDOW = ["--window", "8s", "--look-every", "0.5s"]
+
+
+def _not_json(token: str) -> Any:
+    raise ValueError(f"{token} is not JSON")
 
 
 def _host(result: Any) -> dict[str, Any]:
@@ -91,6 +99,17 @@ def test_watch_on_the_local_host_ok_degraded_unknown_and_what_it_does(
         shown = cli("--json", "runs", "--plot", *ledger).json()["watch"]
         assert [w["state"] for w in shown] == ["ok", "unknown", "degraded", "degraded", "degraded", "unknown"]
         assert [w["look"] for w in shown] == [1, 0, 2, 3, 4, 0]  # looks accumulate across runs, per release
+
+        # issue 34: the serving server killed, `current` still names it: down, exit 3 (was unknown, exit 0)
+        [server] = [s for s in cli("--json", "status", str(v3)).json()["hosts"][0]["servers"] if s["current"]]
+        os.killpg(server["process_group"], signal.SIGKILL)
+        deadline = time.monotonic() + 30
+        while cli("--json", "status", str(v3)).json()["hosts"][0]["running"] and time.monotonic() < deadline:
+            time.sleep(0.2)
+        down = cli("--json", "watch", str(v3), "--once", "--window", "2s", "--look-every", "1s", *ledger)
+        assert down.code == 3, down.stdout + down.stderr
+        row = json.loads(down.stdout, parse_constant=_not_json)["hosts"][0]
+        assert row["state"] == "down" and "no server of it runs" in row["reason"] and row["action"] is None
     finally:
         cli("stop", str(v1), *ledger)
 
