@@ -3,7 +3,8 @@
 A window is `degraded` when its accept length is decided below the floor: the profile's gate, or
 the release's verified interval's lower bound less `watch.tolerance` (accept-length units),
 whichever is higher. It is `ok` when it is not, and `unknown` when there is too little traffic to
-say (or the window was discarded): never `degraded` on a guess.
+say (or the window was discarded, or a figure is not finite: NaN compares false with everything, and
+would read as `ok`): never `degraded` on a guess, never `ok` on a NaN.
 
 Watching looks again and again at one release; at a fixed 95 % each look would carry its own 5 %
 chance of a false alarm, and a month of five-minute looks would alarm for certain. So the k-th look
@@ -87,6 +88,8 @@ def judge(window: Window, expect: Expectation, look: int) -> WindowVerdict:
 
     if window.discarded:
         return unknown(f"window discarded: {window.discarded}")
+    if not all(math.isfinite(t) and math.isfinite(s) and t >= 0 and s > 0 for t, s in window.pairs):
+        return unknown("an observation is not finite or not positive: nothing decided on it")
     if expect.floor is None:
         return unknown("nothing to judge against: no verified interval and no accept-length gate")
     if window.requests < MIN_REQUESTS or len(window.pairs) < stats.MIN_SAMPLES:
@@ -97,6 +100,8 @@ def judge(window: Window, expect: Expectation, look: int) -> WindowVerdict:
     interval = stats.ratio_interval([t for t, _ in window.pairs], [s for _, s in window.pairs], look_level(look))
     if interval is None:
         return unknown("the observations have no spread to form an interval from")
+    if not all(math.isfinite(x) for x in (interval.estimate, interval.low, interval.high)):
+        return unknown("the interval is not finite: nothing decided on it")
     if interval.high < expect.floor:
         return WindowVerdict(
             "degraded",

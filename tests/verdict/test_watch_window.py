@@ -179,6 +179,15 @@ def test_ok_degraded_and_unknown() -> None:
     assert gone.state == "unknown" and gone.look == 0 and "discarded" in gone.reason
 
 
+def test_a_window_holding_a_value_that_is_not_finite_is_never_ok() -> None:
+    """NaN compares false with every floor: without the check it read as `ok` (a probe's or any window's)."""
+    verified = Expectation(gate=3.0, verified_low=3.4, tolerance=0.3)
+    for bad in (math.nan, math.inf):
+        pairs = (*window(3.55).pairs, (bad, 10.0))
+        verdict = judge(Window(0, 60, "probe", pairs, requests=120), verified, 1)
+        assert verdict.state == "unknown" and "not finite" in verdict.reason
+
+
 def test_a_release_never_verified_is_judged_on_the_gate_alone_and_says_so() -> None:
     gate_only = Expectation(gate=3.0, verified_low=None, tolerance=0.3)
     verdict = judge(window(2.2), gate_only, 1)
