@@ -77,3 +77,13 @@ def test_narrower_drops_the_time_then_the_release_but_never_an_interval() -> Non
 def test_wide_shows_whole_release_ids() -> None:
     lines = shown(120, wide=True)
     assert any(NEW in line for line in lines) and any(line.lstrip().startswith(OLD) for line in lines)
+
+
+def test_a_jobs_time_limit_is_said_however_short() -> None:
+    """A scheduler ends the server at its time limit: the recap says it, a 1-minute limit too."""
+    limit = "job 12: time limit 1:00, serving stops at 2026-12-05T02:00:00Z"
+    report = {**REPORTS[0], "time_limit": limit}
+    console = Console(file=io.StringIO(), width=80, no_color=True, highlight=False)
+    with console.capture() as captured:
+        console.print(recap_view([report], title="deploy", width=80, wide=False))
+    assert f"gpu-node-0017: {limit}" in captured.get()

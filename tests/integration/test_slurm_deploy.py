@@ -140,11 +140,19 @@ def test_v1_verified_v2_refused_while_v1_serves_on_then_rollback(
     logs = cli("logs", str(v1), *common[:2])
     assert "fired up and ready to roll" in logs.stdout
 
+    # `current`'s job cancelled behind specctl's back: the only verified release is `current`, not serving,
+    # and rollback picks it (a release is skipped only when its server is seen running)
+    slurm.run("scancel", str(status["servers"][0]["job"]), check=True)
+    deadline = time.monotonic() + 60
+    while jobs(slurm, "slurm-demo"):
+        assert time.monotonic() < deadline, jobs(slurm, "slurm-demo")
+        time.sleep(0.5)
+    back = cli("--json", "rollback", str(v1), *common)  # its job is gone: resubmitted from its own files
+    assert back.code == 0, back.stdout + back.stderr
+    assert back.json()["hosts"][0]["release"] == run1
+    assert list(jobs(slurm, "slurm-demo")) == [run1]
     stopped = cli("stop", str(v1), *common[:2])
     assert stopped.code == 0 and jobs(slurm, "slurm-demo") == {}
-    back = cli("--json", "rollback", str(v1), "--to", run1, *common)  # its job is gone: resubmitted from its own files
-    assert back.code == 0, back.stdout + back.stderr
-    assert list(jobs(slurm, "slurm-demo")) == [run1]
 
 
 def test_a_job_that_cannot_start_or_be_placed_is_cancelled_and_the_old_one_serves(
@@ -345,7 +353,8 @@ def test_two_roots_on_one_cluster_never_touch_each_others_jobs(cli: Any, slurm: 
                 "kind": "Inventory",
                 "clusters": {
                     "staging": {**entry, "root": str(slurm.shared_dir / "staging")},
-                    "prod": {**entry, "root": str(slurm.shared_dir / "prod")},
+                    # squeue's %Z is read last: a "|" in a root hides none of its jobs
+                    "prod": {**entry, "root": str(slurm.shared_dir / "prod|b")},
                 },
             }
         )
@@ -361,7 +370,12 @@ def test_two_roots_on_one_cluster_never_touch_each_others_jobs(cli: Any, slurm: 
     assert all(len(h["servers"]) == 1 and h["healthy"] is not None for h in status.values()), status
     assert cli("stop", str(v1), "--hosts", "staging", *common[:2]).code == 0
     [(run_id, state)] = jobs(slurm, "slurm-roots").items()
-    assert state == "RUNNING" and (slurm.shared_dir / "prod" / "slurm-roots" / "releases" / run_id).is_dir()
+    assert state == "RUNNING" and (slurm.shared_dir / "prod|b" / "slurm-roots" / "releases" / run_id).is_dir()
+    again = cli("--json", "deploy", str(v1), "--hosts", "prod", "--baseline", "skip", "--no-verify", *common)
+    assert again.code == 0, again.stdout + again.stderr
+    assert list(jobs(slurm, "slurm-roots")) == [again.json()["hosts"][0]["release"]]  # the first job retired
+    assert cli("stop", str(v1), "--hosts", "prod", *common[:2]).code == 0
+    assert jobs(slurm, "slurm-roots") == {}
 
 
 def test_compute_nodes_only_the_login_node_reaches_are_served_through_a_tunnel(
@@ -419,12 +433,14 @@ def test_status_says_when_the_time_limit_stops_serving_and_explains_the_job_it_e
     checks time limits every 30 s), it ends as TIMEOUT, and status explains the ended job from `scontrol`."""
     v1, _ = write_inputs(tmp_path, PORT + 7, gates=True)
     on_cluster(v1, "slurm-limit")
-    inventory = cluster_inventory(tmp_path / "hosts.yaml", slurm, time="10")
+    inventory = cluster_inventory(tmp_path / "hosts.yaml", slurm, time="1")
     common = ["--inventory", str(inventory), "--ledger", str(tmp_path / "ledger.db")]
-    done = cli("--json", "deploy", str(v1), "--baseline", "skip", "--no-verify", *common)
+    done = cli("deploy", str(v1), "--baseline", "skip", "--no-verify", *common)
     assert done.code == 0, done.stdout + done.stderr
-    run_id = done.json()["hosts"][0]["release"]
+    said = " ".join(done.stdout.split())  # the recap: a 1-minute limit is said with when serving stops
+    assert re.search(r"lab: job \d+: time limit 1:00, serving stops at \S+Z", said), said
     status = cli("--json", "status", str(v1), *common[:2]).json()["hosts"][0]
+    run_id = status["current"]
     note = status["servers"][0]["job_state"]
     assert "TIME LIMIT NEAR: serving stops at " in note and note.endswith("Z (time limit)"), note
     job = str(status["servers"][0]["job"])
@@ -547,16 +563,18 @@ def test_a_two_second_login_blip_during_verify_is_retried_and_the_deploy_passes(
 def test_a_submission_whose_reply_is_cut_off_is_adopted_never_submitted_twice(
     cli: Any, slurm: SlurmLab, lab: SshLab, tmp_path: Path
 ) -> None:
-    """sbatch on the login node submits the job, then its reply is cut off: sshd and its connections
-    are killed before the answer comes back. The job is found by its comment and adopted."""
+    """sbatch on the login node is slow to submit the job, and its reply is cut off: sshd and its
+    connections are killed while it still runs. specctl reconnects, waits until that sbatch (the pid it
+    recorded before it ran) is gone, and follows the job it submitted: one job, never a second one."""
     if not lab.use_namespaces:
         pytest.skip("the login node must be a host of its own")
-    held = tmp_path / "sbatch-held"
+    held, answered = tmp_path / "sbatch-held", tmp_path / "sbatch-answered"
     wrappers = tmp_path / "bin"
     wrappers.mkdir()
-    (wrappers / "sbatch").write_text(  # the real sbatch, then (once) a pause before its answer
-        f'#!/bin/sh\nout=$({shutil.which("sbatch")} "$@") || exit $?\n'
-        f'[ -e {held} ] || {{ touch {held}; sleep 10; }}\necho "$out"\n'
+    real = shutil.which("sbatch")
+    (wrappers / "sbatch").write_text(  # the first call: a pause, then the real sbatch (it submits after the cut)
+        f'#!/bin/sh\n[ -e {held} ] && exec {real} "$@"\ntouch {held}; sleep 8\n'
+        f'{real} "$@"; rc=$?; touch {answered}; exit $rc\n'
     )
     (wrappers / "sbatch").chmod(0o755)
     v1, _ = write_inputs(tmp_path, PORT + 10, gates=True)
@@ -582,6 +600,10 @@ def test_a_submission_whose_reply_is_cut_off_is_adopted_never_submitted_twice(
     [result] = out
     assert result.code == 0, result.stdout + result.stderr
     run_id = result.json()["hosts"][0]["release"]
+    deadline = time.monotonic() + 30  # the first sbatch has answered (specctl waited for it)
+    while not answered.exists():
+        assert time.monotonic() < deadline, "the first sbatch never ended"
+        time.sleep(0.1)
     every = slurm.run("squeue", "-h", "-t", "all", "-o", "%i %j %k", check=True).stdout.split("\n")
     mine = [line.split() for line in every if job_name("slurm-lost", "") in line]
     assert len(mine) == 1 and mine[0][2].startswith(f"specctl:{run_id}:"), every  # one job, adopted
