@@ -181,6 +181,14 @@ def test_a_job_that_cannot_start_or_be_placed_is_cancelled_and_the_old_one_serve
     assert "ended" in host["detail"] and "SPECCTL_REFERENCE_ROOFLINE" in "\n".join(host["log_tail"]), host
     assert jobs(slurm, "slurm-demo") == {run1: "RUNNING"}
 
+    # more GPUs than a node has: `sbatch --test-only` refuses it in the prove step, nothing is submitted
+    greedy = cluster_inventory(tmp_path / "greedy.yaml", slurm, gres="gpu:9")
+    refused = cli("--json", "deploy", str(v1), "--baseline", "skip", "--inventory", str(greedy), *common[2:])
+    assert refused.code == 3, refused.stdout + refused.stderr
+    [host] = refused.json()["hosts"]
+    assert "not proven" in host["detail"] and "sbatch --test-only refused the job" in host["detail"], host
+    assert jobs(slurm, "slurm-demo") == {run1: "RUNNING"}
+
     free = next(n for n in slurm.nodes if n != slurm.run("squeue", "-h", "-o", "%N", check=True).stdout.strip())
     slurm.drain(free, "specctl test: drained")
     try:
