@@ -20,6 +20,7 @@ from specctl.hosts.transport import Completed, Transport
 from specctl.plan.plan import NodePlan, Plan
 from specctl.plan.render import quote, render_sh
 from specctl.release import record as records
+from specctl.release import whole
 
 LOG = "server.log"
 PID = "server.pid"
@@ -220,17 +221,19 @@ def mark(table: str, release_dir: str) -> str:
 # deadline, $5 the host's name for messages, $6 the watchdog. The server's mark (SPECCTL_SERVER, in its
 # environment) is the host's process table (`mark`) and the release directory.
 _START = (
-    f'mark="{mark(PROCESS_TABLE_SH, "$1")}"; export {SERVER_MARK_VAR}="$mark"\n'
+    whole.SH
+    + f'mark="{mark(PROCESS_TABLE_SH, "$1")}"; export {SERVER_MARK_VAR}="$mark"\n'
     + r"""
 dir=$1; base=$2; id=$3; confirm_s=$4; watchdog=$6
 cd "$dir" || exit 1
 setsid sh launch.sh >>server.log 2>&1 </dev/null &
 pid=$!
-s=$(cat "/proc/$pid/stat") && s=${s##*) } && echo "$s" | cut -d' ' -f20 >server.start.tmp \
-  && mv -f server.start.tmp server.start || exit 1
-printf '%s\n' "$pid" >server.pid.tmp && mv -f server.pid.tmp server.pid || exit 1
+# what proves the server ours and bounds its life, written whole; unwritten (a full disk), it is stopped
+untracked() { r=$?; kill -TERM "-$pid" 2>/dev/null; exit $r; }
+s=$(cat "/proc/$pid/stat") && s=${s##*) } && echo "$s" | cut -d' ' -f20 | whole "$dir/server.start" move || untracked
+printf '%s\n' "$pid" | whole "$dir/server.pid" move || untracked
 until=$(( $(date +%s) + confirm_s ))
-printf '%s\n' "$until" >confirm-by
+printf '%s\n' "$until" | whole "$dir/confirm-by" move || untracked
 env -u SPECCTL_RELEASE_DIR -u SPECCTL_SERVER setsid sh -c "$watchdog" sh "$base" "$id" "$pid" "$until" "$mark" \
   >/dev/null 2>&1 </dev/null &
 printf '%s\n' "$pid"
@@ -281,7 +284,10 @@ def start(release: Release, *, confirm_within_s: float, env: dict[str, str] | No
             _WATCHDOG,
         ],
         env={**(env or {}), RELEASE_DIR_VAR: release.dir},
+        check=False,
     )
+    if done.rc != 0:
+        whole.raise_for(release.transport, done, f"start release {release.run_id}")
     return int(done.stdout.strip().splitlines()[-1])
 
 

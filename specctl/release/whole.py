@@ -18,14 +18,14 @@ from specctl.hosts.transport import Completed, Transport
 
 EXISTS = 17  # `whole ... link` found the name taken (EEXIST)
 NO_SPACE = 28  # the disk (or the user's quota) is full (ENOSPC); stderr's last line says where
-EMPTY_AGE_S = 60  # an empty state file this old was left by an interrupted write (before writes were whole)
 
 # `whole PATH HOW` writes stdin to PATH: HOW `link` only if PATH is absent (returns 17 if it is), `move`
 # replacing it. The temporary file is synced (`sync FILE`, coreutils 8.24+; else everything) before it
-# takes the name. A disk found full exits 28 printing "specctl-no-space FREE_KB PATH" on stderr, the
-# temporary file removed. `made DIR` is `mkdir -p` with the same word for a full disk.
+# takes the name; the commands' messages are read in the C locale (set on each command, not exported: a
+# script may start a server). Uses the variables d, e, r, t. A disk found full exits 28 printing
+# "specctl-no-space FREE_KB PATH" on stderr, the temporary file removed. `made DIR` is `mkdir -p`
+# with the same word for a full disk.
 SH = r"""
-export LC_ALL=C
 full() {
   case $2 in *"No space left"*|*"Disk quota exceeded"*) ;; *) [ -z "$2" ] || printf '%s\n' "$2" >&2; return 0;; esac
   d=$1; while [ ! -d "$d" ] && [ "$d" != "${d%/*}" ]; do d=${d%/*}; done
@@ -34,18 +34,20 @@ full() {
 }
 made() {
   [ -d "$1" ] && return 0
-  e=$(mkdir -p "$1" 2>&1) && return 0
+  e=$(LC_ALL=C mkdir -p "$1" 2>&1) && return 0
   full "$1" "$e"; return 1
 }
 whole() {
   made "${1%/*}" || return 1
   t="${1%/*}/.${1##*/}.tmp.$$"
-  e=$( { cat >"$t" && { sync "$t" 2>/dev/null || sync; }; } 2>&1 ) || { rm -f "$t"; full "$1" "$e"; return 1; }
+  e=$( { LC_ALL=C cat >"$t" && { LC_ALL=C sync "$t" 2>/dev/null || sync; }; } 2>&1 ) || {
+    rm -f "$t"; full "$1" "$e"; return 1
+  }
   if [ "$2" = link ]; then
-    e=$(ln "$t" "$1" 2>&1); r=$?; rm -f "$t"
+    e=$(LC_ALL=C ln "$t" "$1" 2>&1); r=$?; rm -f "$t"
     [ $r -eq 0 ] && return 0; [ -e "$1" ] && return 17; full "$1" "$e"; return 1
   else
-    e=$(mv -f "$t" "$1" 2>&1) || { rm -f "$t"; full "$1" "$e"; return 1; }
+    e=$(LC_ALL=C mv -f "$t" "$1" 2>&1) || { rm -f "$t"; full "$1" "$e"; return 1; }
   fi
 }
 """
