@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from specctl.errors import HostError
+from specctl.facts.host import Identity
 from specctl.hosts.local import local_transport
 from specctl.release import lock, whole
 from specctl.release import record as records
@@ -117,7 +118,7 @@ def test_a_root_used_from_other_ports_under_this_boot_is_refused(tmp_path: Path)
     lock.release(local_transport("h1"), f"{tmp_path}/p")
 
 
-def test_one_gpu_under_two_entries_and_clones_are_said(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_one_gpu_under_two_entries_is_said(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     smi = bin_dir / "nvidia-smi"
@@ -143,3 +144,25 @@ def test_a_record_is_replaced_whole_and_a_lock_written_exclusively(tmp_path: Pat
         "record.json",
         "x",
     ]
+
+
+def test_a_holders_pid_is_judged_only_in_its_own_process_table() -> None:
+    """One hostname is no proof of one process table (containers, clones): a pid recorded under another
+    boot or pid namespace says nothing here, though it names a live process of this machine."""
+    held = {**lock.owner("r", "specctl deploy", "h1"), "run_id": "other", "pid": 1, "started": None}
+    assert lock.holder_alive(held) is True  # pid 1 of this very table: alive
+    assert lock.holder_alive({**held, "table": "another-boot/pid:[4026531836]"}) is None
+    assert "on another machine" in lock.describe({**held, "table": "another-boot/pid:[4026531836]"})
+
+
+def test_clones_of_one_image_are_said_and_refused_one_shared_root() -> None:
+    """One machine-id under two boot ids: two machines from one image (an uncleared template), told
+    apart by boot id: said; the same root seen by both (a shared home) refused."""
+    image = "5f3c" * 8
+    a = Identity("root-a", image, "boot-1", "pid:[1]", "net:[1]")
+    b = Identity("root-b", image, "boot-2", "pid:[1]", "net:[1]")
+    assert lock._seen(local_transport("a"), "/r/p", "clones", a) == ()
+    [note] = lock._seen(local_transport("b"), "/r/p", "clones", b)
+    assert "b and a share machine-id 5f3c5f3c5f3c under two boot ids: clones of one image" in note
+    with pytest.raises(HostError, match=r"is a's too \(root id root-a\): two clones of one image"):
+        lock._seen(local_transport("c"), "/r/p", "clones", Identity("root-a", image, "boot-3", "pid:[1]", "net:[1]"))
