@@ -276,3 +276,28 @@ def test_the_real_packer_fails_when_a_slot_stays_empty(sglang_python: str) -> No
     assert rule is not None
     predicted = table.capture(rule, [-1, 2, 30], 61).error
     assert predicted is not None and "captured 2 of 3 aux hidden states" in predicted
+
+
+def test_prove_runs_sglangs_own_parser_and_pins_its_version(sglang_python: str, tmp_path: Path) -> None:
+    """A deploy's `prove` (flows/prove.py) on real sglang: the launch script with its `exec` replaced,
+    the version pinned and the flags through sglang's own parser; each failure named by its check."""
+    from specctl.flows import prove as proving
+    from specctl.hosts.local import local_transport
+
+    engine = get_engine("sglang")
+
+    def proved(pinned: str, *flags: str) -> proving.Proof:
+        argv = f"{sglang_python} -m sglang.launch_server --model-path {tmp_path} {' '.join(flags)}"
+        launch = f"#!/bin/sh\nset -eu\nexec {argv}\n"
+        return proving.run(
+            local_transport(), engine, release_dir=str(tmp_path / "r"), root=str(tmp_path), pinned=pinned, launch=launch
+        )
+
+    good = proved(VERSION, "--port", "31999")
+    assert good.engine == {"version": VERSION, "check": None, "error": None}, good
+    assert proving.problems(good, python=sglang_python, engine_name="sglang") == []
+    refused = proved(VERSION, "--no-such-flag", "1")
+    [problem] = proving.problems(refused, python=sglang_python, engine_name="sglang")
+    assert problem.check == "engine-parse" and "--no-such-flag" in problem.message
+    other = proved("0.0.1")
+    assert [p.check for p in proving.problems(other, python=sglang_python, engine_name="sglang")] == ["engine-version"]
