@@ -37,6 +37,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import sys
 import threading
 import time
@@ -50,13 +51,53 @@ HUB_TIMEOUT_S = 30.0  # an unanswered Hub (packets dropped on the way) is told a
 UNREACHED = {"ConnectionError", "ConnectError", "ConnectTimeout", "Timeout", "TimeoutException", "NetworkError"}
 
 
+HEARTBEAT_S = 1.0  # a line at least this often: a write is how a dead reader is noticed
+
 _EMITTING = threading.Lock()  # the progress thread and the main one: whole lines, never interleaved
+_last_write = [time.monotonic()]
 
 
 def emit(**fields: Any) -> None:
     with _EMITTING:
-        sys.stdout.write(json.dumps(fields, sort_keys=True) + "\n")
-        sys.stdout.flush()
+        try:
+            sys.stdout.write(json.dumps(fields, sort_keys=True) + "\n")
+            sys.stdout.flush()
+        except OSError:  # EPIPE (Python ignores SIGPIPE): nobody reads what this stage says any more
+            end_group()
+        _last_write[0] = time.monotonic()
+
+
+def end_group() -> NoReturn:
+    """specctl is gone: end this stage and whatever it started, at once (a download nobody waits for
+    only fills the disk). The whole process group when this process leads one of its own, else itself."""
+    try:
+        if os.getpgrp() == os.getpid():
+            os.killpg(os.getpid(), signal.SIGKILL)
+    finally:
+        os.kill(os.getpid(), signal.SIGKILL)
+    raise SystemExit(137)  # not reached
+
+
+def tie_to_reader(*, own_group: bool) -> None:
+    """Dies with specctl. A fetch runs in a process group of its own and, from a thread, every stage
+    writes a line whenever it has said nothing for HEARTBEAT_S: once whoever reads its output is gone
+    (specctl SIGKILLed: locally the pipe's only reader; over SSH the connection, whose channel sshd
+    then closes), that write fails and the group ends. A SIGKILL leaves specctl no chance to say so.
+    A check or plan (bounded, short) stays in its caller's group, where the host shell's `timeout`
+    stops it (hosts/shell.py: that `timeout` signals its own process group)."""
+    try:
+        if own_group and os.getpgrp() != os.getpid():  # a session leader (sshd's child) leads one already
+            os.setpgid(0, 0)
+    except OSError:
+        pass  # not allowed here: `end_group` then ends this process alone
+
+    def beat() -> None:
+        while True:
+            time.sleep(HEARTBEAT_S / 2)
+            if time.monotonic() - _last_write[0] >= HEARTBEAT_S:
+                emit(event="alive")
+
+    threading.Thread(target=beat, daemon=True).start()
 
 
 def fail(kind: str, message: str, code: int = 3, **fields: Any) -> NoReturn:
@@ -122,6 +163,7 @@ class OfflineError(Exception):
 
 def main() -> None:
     spec = json.loads(sys.argv[1])
+    tie_to_reader(own_group=spec["mode"] == "fetch")
     offline, verify = bool(spec.get("offline")), bool(spec.get("verify"))
     try:
         from huggingface_hub import constants

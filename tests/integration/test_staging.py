@@ -9,6 +9,7 @@ import hashlib
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -158,6 +159,7 @@ def test_a_shard_corrupted_in_place_is_fetched_again(
         handle.seek(len(original) // 2)
         handle.write(bytes(b ^ 0xFF for b in original[len(original) // 2 : len(original) // 2 + 64]))
     assert shard.stat().st_size == len(original) and shard.read_bytes() != original
+
     def corrupt() -> None:
         with open(blob, "r+b") as handle:  # flip bytes in the middle of the weights, in place
             handle.seek(len(original) // 2)
@@ -576,3 +578,68 @@ def test_stage_verify_hashes_every_file_again_against_the_hubs_checksums(
     assert [s.path for s in hub.file_gets() if s.range is None] == [
         f"/{TARGET}/resolve/{COMMITS[TARGET]}/model.safetensors"
     ]
+
+
+def _stage_processes(root: Path) -> list[int]:
+    """Pids of the fetching stage processes (release/_stage_host.py) working for the host whose state
+    root is `root` (the lab's hosts share this machine's process table)."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            argv = (proc / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        request = argv[-2] if len(argv) > 1 else b""  # the JSON request, last (cmdline ends in a NUL)
+        if b'"mode": "fetch"' in request and f'"root": "{root}"'.encode() in request:
+            found.append(int(proc.name))
+    return found
+
+
+@pytest.mark.parametrize("host", ["h0", "local"])
+def test_a_stage_dies_with_specctl(
+    cli: Any, lab: SshLab, env: dict[str, Any], hub: HubEndpoint, tmp_path: Path, host: str
+) -> None:
+    """Issue 34: specctl SIGKILLed while the host downloads: the host's stage process, in a process
+    group of its own, notices its reader gone (over SSH: the connection; locally: the pipe) and ends
+    its group within a few seconds."""
+    cache = tmp_path / "h0-cache"
+    profile = hub_profile(env, hub, cache=str(cache))
+    hub.rate_bytes_per_s = 100_000  # 3.7 MB of weights: about forty seconds of staging
+    home = tmp_path / "home"  # the `local` host's state root is ~/.specctl/hosts/local
+    root = lab.hosts[host].root if host != "local" else home / ".specctl" / "hosts" / "local"
+    child = subprocess.Popen(
+        [sys.executable, "-m", "specctl", "stage", profile, "--hosts", host, *env["common"]],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env={**os.environ, "NO_COLOR": "1", "HOME": str(home)},
+    )
+    staging: list[int] = []
+    try:
+        deadline = time.monotonic() + 60
+        while not (staging := _stage_processes(root)) and time.monotonic() < deadline and child.poll() is None:
+            time.sleep(0.1)
+        assert staging, "the host never began to fetch"
+        # killed while the weights download (not while it plans: a first event written to a dead
+        # reader ended even the old stage), past a progress report or two
+        while not list(cache.glob("models--*/blobs/*.incomplete")) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        time.sleep(2.5)
+        assert _stage_processes(root) == staging
+        groups = {os.getpgid(pid) for pid in staging}
+        assert groups == set(staging), "the fetch does not lead a process group of its own"
+        child.kill()  # SIGKILL: specctl cannot say goodbye
+        child.wait()
+        killed = time.monotonic()
+        while (left := _stage_processes(root)) and time.monotonic() - killed < 10:
+            time.sleep(0.1)
+        assert not left, f"stage processes outlived specctl: {left}"
+        print(f"the host's stage ended {time.monotonic() - killed:.1f} s after specctl was SIGKILLed")
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+        for pid in _stage_processes(root):  # only what this test's specctl started, on failure
+            if pid in staging:
+                os.kill(pid, signal.SIGKILL)

@@ -125,7 +125,32 @@ def test_seed_scenario(cli: Any, lab: SshLab, tmp_path: Path, monkeypatch: Any) 
     manual = cli("--json", "rollback", "--to", f"{NAME}@1", "--host", "h2", *common)
     assert manual.code == 0, manual.stdout + manual.stderr
     assert manual.json()["hosts"][0]["verdict"]["passed"] and _link(lab, "h2", "current") == good
+    # its server killed (a crash): verify reaches no server, exit 3, the release stays verified, the
+    # run is `unreachable` (issue 34; before: recorded `failed`, exit 1)
+    group = int((lab.hosts["h2"].root / NAME / "releases" / good / "server.pid").read_text())
+    os.killpg(group, signal.SIGKILL)  # the server this test's deploy started
+    deadline = time.monotonic() + 10
+    while _group_alive(group) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    dead = cli("--json", "verify", str(v1), "--baseline", "ledger", *common)
+    assert dead.code == 3, dead.stdout + dead.stderr
+    assert "reached no server" in dead.json()["hosts"][0]["detail"]
+    assert _life(lab, "h2", good) == ("serving", "verified")
+    last = cli("--json", "runs", "--ledger", str(ledger)).json()["runs"][-1]
+    assert (last["kind"], last["status"], last["passed"]) == ("verify", "unreachable", None)
     cli("stop", str(v1), *common[:4])
+
+
+def _group_alive(group: int) -> bool:
+    """Whether a process of the group lives (a zombie does not)."""
+    for proc in Path("/proc").iterdir():
+        try:
+            fields = (proc / "stat").read_text().rsplit(") ", 1)[1].split() if proc.name.isdigit() else []
+        except (OSError, IndexError):
+            continue
+        if fields and int(fields[2]) == group and fields[0] != "Z":
+            return True
+    return False
 
 
 def test_sigterm_mid_deploy_closes_the_run_as_killed(cli: Any, lab: SshLab, tmp_path: Path) -> None:
