@@ -126,6 +126,11 @@ INTERPRETER = TEXT.filter(
     lambda s: not any(ord(c) < 32 or ord(c) == 127 for c in s) and ("/" not in s or s.startswith(("/", "~/")))
 )
 
+# what validate accepts as engine.host: an IP literal or an RFC 1123 host name
+ADDRESS = st.ip_addresses().map(str) | st.from_regex(
+    r"[A-Za-z0-9]([A-Za-z0-9-]{0,8}[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]{0,8}[A-Za-z0-9])?){0,3}", fullmatch=True
+)
+
 
 def joined(script: str) -> str:
     """The script with its ` \\` continuations joined: each command on one line, as the shell reads it."""
@@ -149,7 +154,14 @@ def _script_argv(script: str, release: Path) -> tuple[list[str], dict[str, str]]
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
-    model=TEXT, python=INTERPRETER, host=TEXT, env_value=TEXT, arg_value=TEXT, drafter=TEXT, node=TEXT, description=TEXT
+    model=TEXT,
+    python=INTERPRETER,
+    host=ADDRESS,
+    env_value=TEXT,
+    arg_value=TEXT,
+    drafter=TEXT,
+    node=TEXT,
+    description=TEXT,
 )
 def test_no_profile_string_can_inject_shell(
     tmp_path: Path,
