@@ -159,7 +159,8 @@ def test_connection_lost_during_readiness_and_back(cli: Any, lab: SshLab, env: d
     assert state["running"] and state["healthy"]
     events = cli("--json", "show", row["release"], "--ledger", env["ledger"]).json()["events"]
     assert [(e["host"], e["step"], e["event"]) for e in events if e["event"] != "began"] == [
-        ("h0", stage, "ended") for stage in ("preflight", "materialise", "prove", "stop-previous", "start", "ready", "switch")
+        ("h0", stage, "ended")
+        for stage in ("preflight", "materialise", "prove", "stop-previous", "start", "ready", "switch")
     ]
     shown = cli("show", row["release"], "--ledger", env["ledger"])
     assert shown.code == 0 and "steps" in shown.stdout and "stop-previous" in shown.stdout
