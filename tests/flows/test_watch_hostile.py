@@ -26,7 +26,10 @@ from specctl.flows.session import HostSession
 from tests.fakes.inputs import fast_inputs
 
 TEXT = "text/plain; version=0.0.4; charset=utf-8"
-WATCH = ["--once", "--window", "1.5s", "--look-every", "0.1s", "--on-degraded", "plain"]
+# a window judged `ok` needs 9 looks or more (8 pairs with traffic); a hostile page shows from the second
+# look on, so a short window says it even on a loaded machine whose looks take a few hundred ms each
+WATCH = ["--once", "--look-every", "0.1s", "--on-degraded", "plain"]
+LONG, SHORT = ["--window", "3s"], ["--window", "1s"]
 Page = Callable[[int], tuple[str, bytes]]  # the look's number -> content type and body
 
 
@@ -73,27 +76,27 @@ SCENARIOS: dict[str, tuple[Page, str, str]] = {  # name: the pages, the state, w
     ),
     "binary": (lambda k: ("application/octet-stream", bytes(range(256))), "unreadable", "octet-stream, 256 bytes"),
     "nan": (
-        hostile_at(4, 'sglang:generation_tokens_total{model_name="m"} NaN', "sglang:generation_tokens_total"),
+        hostile_at(1, 'sglang:generation_tokens_total{model_name="m"} NaN', "sglang:generation_tokens_total"),
         "unknown",
         "is nan",
     ),
     "+inf": (
-        hostile_at(4, 'sglang:spec_verify_calls_total{model_name="m"} +Inf', "sglang:spec_verify_calls_total"),
+        hostile_at(1, 'sglang:spec_verify_calls_total{model_name="m"} +Inf', "sglang:spec_verify_calls_total"),
         "unknown",
         "is inf",
     ),
     "-inf": (
-        hostile_at(4, 'sglang:generation_tokens_total{model_name="m"} -Inf', "sglang:generation_tokens_total"),
+        hostile_at(1, 'sglang:generation_tokens_total{model_name="m"} -Inf', "sglang:generation_tokens_total"),
         "unknown",
         "is -inf",
     ),
     "nan requests": (
-        hostile_at(4, 'sglang:num_requests_total{model_name="m"} NaN', "sglang:num_requests_total"),
+        hostile_at(1, 'sglang:num_requests_total{model_name="m"} NaN', "sglang:num_requests_total"),
         "unknown",
         "sglang:num_requests_total",
     ),
     "negative": (
-        hostile_at(4, 'sglang:spec_verify_calls_total{model_name="m"} -40', "sglang:spec_verify_calls_total"),
+        hostile_at(1, 'sglang:spec_verify_calls_total{model_name="m"} -40', "sglang:spec_verify_calls_total"),
         "unknown",
         "is -40.0",
     ),
@@ -112,7 +115,7 @@ SCENARIOS: dict[str, tuple[Page, str, str]] = {  # name: the pages, the state, w
         "is not below 3.00",
     ),
     "went back": (
-        text(lambda k: counters(k if k < 6 else k - 3)),
+        text(lambda k: counters(k if k < 2 else k - 2)),
         "unknown",
         "went back",
     ),
@@ -171,8 +174,8 @@ def watched(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cli: Any, fake_engi
         cli("stop", str(v1), *common)
 
 
-def _watch(cli: Any, watched: dict[str, Any]) -> tuple[int, dict[str, Any]]:
-    done = cli("--json", "watch", watched["v1"], *WATCH, *watched["common"])
+def _watch(cli: Any, watched: dict[str, Any], window: list[str] = SHORT) -> tuple[int, dict[str, Any]]:
+    done = cli("--json", "watch", watched["v1"], *WATCH, *window, *watched["common"])
     data = strict(done.stdout)  # one JSON document, strictly
     [row] = data["hosts"]
     return done.code, row
@@ -182,12 +185,12 @@ def test_no_hostile_page_is_acted_on(cli: Any, watched: dict[str, Any]) -> None:
     """Each page in turn, on one serving release: zero actions under `--on-degraded plain` (the issue's
     measure; today's code acted on two: a counter absent at the first look, a series twice)."""
     stub, seen = watched["stub"], {}
-    code, control = _watch(cli, watched)  # healthy pages are judged: a hostile page's state is its own
+    code, control = _watch(cli, watched, LONG)  # healthy pages are judged: a hostile page's state is its own
     assert (code, control["state"], control["action"]) == (0, "ok", None), control
     assert 3.5 < control["verdict"]["interval"]["estimate"] < 3.7
-    for scenario, (page, *_) in SCENARIOS.items():
+    for scenario, (page, state, _) in SCENARIOS.items():
         stub.serve(page)
-        seen[scenario] = _watch(cli, watched)
+        seen[scenario] = _watch(cli, watched, LONG if state == "ok" else SHORT)
     acted = {name: row["action"] for name, (code, row) in seen.items() if row["action"] or code == 4}
     assert acted == {}, acted
     assert all(code == 0 for code, _ in seen.values()), seen
@@ -216,5 +219,5 @@ def test_watch_once_on_a_killed_server_is_down_exit_3(cli: Any, watched: dict[st
     code, row = _watch(cli, watched)
     assert (code, row["state"], row["action"]) == (3, "down", None), row
     assert "no server of it runs" in row["reason"]
-    shown = cli("watch", watched["v1"], *WATCH, *watched["common"])
+    shown = cli("watch", watched["v1"], *WATCH, *SHORT, *watched["common"])
     assert shown.code == 3 and "DOWN" in shown.stdout and "killed" in " ".join(shown.stdout.split()), shown.stdout
