@@ -214,9 +214,10 @@ def _judge_facts(c: Change) -> None:
 
 
 def _ours_hold_the_port(c: Change) -> bool:
-    """Whether a running server of the profile serves on the port (then it is freed by the stop)."""
+    """Whether a running server of the profile serves on the port (then it is freed by the stop); one
+    whose release no longer says its port (its files gone) may be the one."""
     s = c.session
-    return any(rel.port(s.release(run_id)) == c.port for run_id in c.running)
+    return any(rel.port(s.release(run_id)) in (c.port, None) for run_id in c.running)
 
 
 def _same_engine(c: Change) -> None:

@@ -30,7 +30,9 @@ NAME = "tiny-llama-demo"
 
 # an HTTP server that says 200 to everything with a body that is not JSON: "healthy", and useless
 FAKE_ENGINE = """#!{python}
-import sys
+import os, sys
+if sys.argv[1:2] != ["-m"]:  # not the launch (the facts, the proof): the interpreter itself
+    os.execv(sys.executable, [sys.executable, *sys.argv[1:]])
 from http.server import BaseHTTPRequestHandler, HTTPServer
 port = int(sys.argv[sys.argv.index("--port") + 1])
 class H(BaseHTTPRequestHandler):
