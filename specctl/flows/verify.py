@@ -297,9 +297,10 @@ def verify(
                         h.name, True, v.release, "passed" if v.passed else "FAILED", v.to_dict()
                     ).timed(group.seconds.get(h.name))
                 else:
-                    reports[h.name] = HostReport(h.name, False, None, error_text(group.errors[h.name])).timed(
-                        group.seconds.get(h.name)
-                    )
+                    error = group.errors[h.name]
+                    reports[h.name] = HostReport(
+                        h.name, False, None, error_text(error), fix=getattr(error, "fix", None)
+                    ).timed(group.seconds.get(h.name))
             rec.outcome.status = _status(reports, group.errors)
             rec.outcome.verdict = {
                 "passed": None if rec.outcome.status == "unreachable" else rec.outcome.status == "succeeded",

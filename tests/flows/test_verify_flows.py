@@ -278,6 +278,7 @@ def test_verify_on_a_killed_server_exits_3_and_records_nothing_about_the_release
     assert done.code == 3, done.stdout + done.stderr
     [host] = done.json()["hosts"]
     assert not host["ok"] and "reached no server" in host["detail"] and "its server is not running" in host["detail"]
+    assert "specctl rollback --to" in host["fix"]
     assert record(local, good) == ("serving", "verified")
     last = cli("--json", "runs").json()["runs"][-1]
     assert (last["kind"], last["status"], last["passed"]) == ("verify", "unreachable", None)
