@@ -153,15 +153,17 @@ def _group_alive(group: int) -> bool:
     return False
 
 
-def test_sigterm_mid_deploy_closes_the_run_as_killed(cli: Any, lab: SshLab, tmp_path: Path) -> None:
+def test_sigterm_mid_deploy_closes_the_run_as_killed(cli: Any, lab: SshLab, tmp_path: Path, monkeypatch: Any) -> None:
     v1, _ = _profiles(tmp_path, 31730, "h1")
+    monkeypatch.setenv("SEED_TOKEN", SECRET)  # named in its secrets: (a deploy without it is refused at prove)
     inventory = lab.inventory(tmp_path / "hosts.yaml", sys.executable)
     ledger = tmp_path / "ledger.db"
     common = ["--inventory", str(inventory), "--ssh-config", str(lab.ssh_config), "--ledger", str(ledger)]
     assert cli("deploy", str(v1), "--no-verify", *common).code == 0
     before = _link(lab, "h1", "current")
     hang = tmp_path / "hang.sh"
-    hang.write_text("#!/bin/sh\nexec sleep 600\n")
+    # the interpreter for the facts and the proof; its launch hangs
+    hang.write_text(f'#!/bin/sh\n[ "${{1:-}}" = -m ] && exec sleep 600\nexec {sys.executable} "$@"\n')
     hang.chmod(0o755)
     stuck = tmp_path / "profiles" / "stuck.yaml"
     stuck.write_text(
