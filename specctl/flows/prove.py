@@ -21,7 +21,7 @@ from specctl.engines.base import Engine
 from specctl.hosts.transport import Transport
 
 ROOM_MARGIN_MIB = 16  # free space the state root must keep past the release: its server log and records
-ENGINE_LIMIT_S = 120  # the engine's import and parse (sglang imports its server arguments: seconds)
+ENGINE_LIMIT_S = 120  # the engine's import and parse (an engine may import much of itself to parse: seconds)
 
 # $1 the release directory (it need not exist: a dry run), $2 the launch script's text ("": the
 # release's own launch.sh), $3 the engine's prove source, $4 the pinned version, $5 the engine's time
@@ -79,6 +79,7 @@ class Proof:
     python_missing: bool = False
     engine: dict[str, Any] | None = None  # the engine's answer, or None
     engine_said: str = ""  # its last lines, when it gave no answer
+    engine_rc: int | None = None  # its exit status, when not 0 (124: it ran past ENGINE_LIMIT_S)
     paths: list[str] = field(default_factory=list)  # absolute paths the launch names that do not exist
     gpu_processes: list[tuple[int, int | None, str]] = field(default_factory=list)  # pid, process group, name
     room_kib: int | None = None
@@ -139,6 +140,8 @@ def read(host: str, stdout: str) -> Proof:
                 )
         elif key == "engine":
             said.append(value)
+        elif key == "engine_rc" and value.isdigit():
+            proof.engine_rc = int(value)
         elif key == "done":
             proof.done = True
     for text in reversed(said):
@@ -170,10 +173,11 @@ def problems(proof: Proof, *, python: str, engine_name: str, margin_mib: int = R
         ]
     answer = proof.engine
     if answer is None:
+        ended = {None: "", 124: f" (it ran past {ENGINE_LIMIT_S} s)"}.get(proof.engine_rc, f" (exit {proof.engine_rc})")
         found.append(
             Problem(
                 "engine-import",
-                f"{python} gave no answer about {engine_name}: {proof.engine_said or 'nothing'}",
+                f"{python} gave no answer about {engine_name}{ended}: {proof.engine_said or 'nothing'}",
                 f"install {engine_name} in {python}, or set engine.python to the interpreter that has it",
             )
         )
