@@ -214,6 +214,7 @@ def stage(
                 (
                     f"verified: {size_text(s.hashed)} hashed again"
                     + (f", fetched {size_text(s.fetched)}" if s.fetched else "")
+                    + (f", {s.refetch_text()}" if s.refetched else "")
                 )
                 if verify
                 else s.state(),
@@ -324,6 +325,8 @@ def deploy(
             _dry_run_view(rows, title, wide=out == "wide", width=output.out.width - 2),
             fit=out != "wide",
         )
+        if not all(row["prove"]["ok"] for row in rows):  # what a deploy would do: fail at prove (a host failure)
+            raise typer.Exit(HostError.exit_code)
         return
     with recorded(
         output,
@@ -370,10 +373,12 @@ def deploy(
 
 def _dry_run_view(rows: list[dict[str, Any]], title: str, *, wide: bool, width: int) -> RenderableType:
     """`deploy --dry-run` for people (the rows of `servers.preview`). Narrow: per host what runs now
-    and what staging would fetch, then the drafter overlay and the launch command, broken before each
-    option as the launch script is (`render`), once for the hosts that share it. `wide`: one row per
-    host with every column, the command on one line."""
+    and what staging would fetch, then the deploy's prove (ok, or each problem with its fix), then the
+    drafter overlay and the launch command, broken before each option as the launch script is
+    (`render`), once for the hosts that share it. `wide`: one row per host with every column, the
+    command on one line."""
     from rich.console import Group
+    from rich.padding import Padding
     from rich.text import Text
 
     from specctl.plan.render import command_lines
@@ -397,16 +402,34 @@ def _dry_run_view(rows: list[dict[str, Any]], title: str, *, wide: bool, width: 
         overlay = row.get("overlay")
         return f"{overlay['directory']} -> {overlay['links_to']}, ids {overlay['ids']}" if overlay else "-"
 
+    def problem_text(x: dict[str, Any]) -> str:
+        return f"{x['check']}: {x['message']} (fix: {x['fix']})"
+
     if wide:
-        shown = table("host", "current", "stage", "drafter overlay", "launch", wide=True)
+        shown = table("host", "current", "stage", "drafter overlay", "prove", "launch", wide=True)
         for row in rows:
             launch = row["launch"] + (f"\nas a Slurm job: {shlex.join(row['job'])}" if row.get("job") else "")
-            shown.add_row(row["host"], row["current"], stage_text(row), overlay_text(row), launch)
+            proof = row["prove"]
+            proved = "ok" if proof["ok"] else "FAILED: " + "; ".join(problem_text(x) for x in proof["problems"])
+            shown.add_row(row["host"], row["current"], stage_text(row), overlay_text(row), proved, launch)
         return Group(Text(title, style="bold"), shown)
     shown = table("host", "current", "stage", wide=False)
     for row in rows:
         shown.add_row(row["host"], row["current"], stage_text(row))
     blocks: list[RenderableType] = [Text(title, style="bold"), shown]
+    # the deploy's prove on each host: ok (said once for the hosts it passed on), or each problem with its fix
+    proven = [row["host"] for row in rows if row["prove"]["ok"]]
+    if proven:
+        on = f"all {len(proven)} hosts" if len(proven) == len(rows) > 2 else ", ".join(proven)
+        blocks.append(Text(f"prove ok on {on}"))
+    for row in rows:
+        if not row["prove"]["ok"]:
+            blocks.append(Text(f"prove FAILED on {row['host']} (a deploy would stop at it, before stopping anything):"))
+            for x in row["prove"]["problems"]:  # wrapped under its own indent, the fix under the problem
+                blocks.append(
+                    Padding(Text(f"{x['check']}: {x['message']}", overflow="fold"), (0, 0, 0, 2), expand=False)
+                )
+                blocks.append(Padding(Text(f"fix: {x['fix']}", overflow="fold"), (0, 0, 0, 4), expand=False))
     # what the hosts share is said once: a single-node profile's command is the same on every host
     said: dict[tuple[str, tuple[str, ...]], list[str]] = {}
     for row in rows:

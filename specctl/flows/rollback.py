@@ -119,6 +119,11 @@ def rollback(
             held = True
             change = Change.stored(session, chosen.run_id, replaced_as="rolled-back")
             Walk(rec.events(host.name), before=ctx.cancel.check).run(change.steps())
+            try:  # a scheduler's job ends at its time limit: the recap says it, as a deploy's does
+                limit = session.platform.time_limit(change.release)
+            except HostError as exc:
+                limit = None
+                session.note(f"the time limit of {chosen.run_id}'s server could not be read: {exc.message}")
             try:
                 retire(session, chosen.run_id)  # a cluster's job that replaced it stops now that it is current again
             except HostError as exc:
@@ -146,6 +151,7 @@ def rollback(
         verdict.to_dict(),
         chosen.run_id,
         verdict.to_dict(),
+        time_limit=limit,
     )
 
 

@@ -25,7 +25,7 @@ from specctl.plan.plan import Plan
 from specctl.profile.profile import Profile, is_local_path
 from specctl.release import lock, staging
 from specctl.release import release as rel
-from specctl.release.platform import platform_of, server_url
+from specctl.release.platform import Platform, platform_of, server_url
 from specctl.verdict.client import EngineClient
 
 
@@ -216,9 +216,11 @@ def _prove(
     secrets_env: Mapping[str, str],
     *,
     on_host: bool,
+    refused: Sequence[str] = (),
 ) -> dict[str, Any]:
     """The deploy's `prove` as a dry run: the launch script as it would be written, run on the host
-    with its `exec` replaced (flows/prove.py); paths inside the release to be written are not asked."""
+    with its `exec` replaced (flows/prove.py); paths inside the release to be written are not asked.
+    `refused`: what the platform's own dry run of the start refused (`_prove_start`)."""
     from specctl.flows import prove as proving
     from specctl.plan.render import render_sh
 
@@ -236,15 +238,43 @@ def _prove(
         )
         found += proving.problems(proof, python=p.engine.python, engine_name=engine.name)
         shown = proof.to_dict()
+    found += [  # as the deploy's prove words it (flows/change.py)
+        proving.Problem("start", said, f"fix what {t.name}'s inventory entry asks for (the refusal names it)")
+        for said in refused
+    ]
     problems = [{"check": x.check, "message": x.message, "fix": x.fix} for x in found]
     return {"ok": not found, "problems": problems, **shown}
+
+
+def _prove_start(
+    t: Transport, platform: Platform, the_plan: Plan, report: CheckReport, root: str, *, hf_home: str | None
+) -> list[str]:
+    """The platform's dry run of the start (`Platform.prove_start`: a scheduler asked whether it would
+    take the job, submitting nothing), as the deploy's prove asks it. What the platform adds to a
+    release (a job script) is written, for this question only, to a directory of its own in the
+    host's temporary directory and removed after: the state root is not written."""
+    run_id = rel.new_run_id()
+    p, distribution = report.inputs.profile, report.inputs.engine.distribution()
+    profile = p.metadata.name
+    if not platform.release_files(the_plan, p, distribution, rel.Release(t, root, profile, run_id), hf_home=hf_home):
+        return platform.prove_start(rel.Release(t, root, profile, run_id))  # nothing of its own to ask with
+    scratch = t.run(["mktemp", "-d"]).stdout.strip()
+    try:
+        asked = rel.Release(t, scratch, profile, run_id)
+        for name, content in platform.release_files(the_plan, p, distribution, asked, hf_home=hf_home).items():
+            if isinstance(content, tuple):  # a link is not asked of anything: only files are
+                t.put(asked.path(name), content[0], mode=content[1])
+        return platform.prove_start(asked)
+    finally:
+        t.run(["rm", "-rf", "--", scratch], check=False)
 
 
 def preview(
     reach: Reach, report: CheckReport, hosts: Sequence[HostSpec], *, secrets_env: Mapping[str, str]
 ) -> list[dict[str, Any]]:
     """`deploy --dry-run`: per host, what runs now, what staging would fetch, where the drafter
-    overlay would link, and the launch command; nothing is written or fetched."""
+    overlay would link, the launch command, and the deploy's prove (a failure is what a deploy would
+    stop at); nothing is written in the state root or fetched."""
     p = report.inputs.profile
     profile, version = p.metadata.name, p.metadata.version
     the_plan = plan(report, node0_address=None)
@@ -289,6 +319,7 @@ def preview(
         rank = hosts.index(host) if p.parallel.nnodes > 1 else 0
         row["launch"] = shlex.join(the_plan.nodes[min(rank, len(the_plan.nodes) - 1)].argv)
         platform = platform_of(host, t)
+        placed = the_plan
         if platform.node0_address is not None:  # the platform places the node ranks: they meet where it says
             placed = plan(report, node0_address=platform.node0_address)
             row["launch"] = shlex.join(placed.nodes[0].argv)
@@ -305,7 +336,10 @@ def preview(
                 "links": len(the_plan.overlay.links),
                 "ids": (the_plan.capture or {}).get("ids"),
             }
-        row["prove"] = _prove(t, root, p, report.inputs.engine, the_plan, rank, secrets_env, on_host=platform.on_host)
+        refused = _prove_start(t, platform, placed, report, root, hf_home=host.hf_home)
+        row["prove"] = _prove(
+            t, root, p, report.inputs.engine, the_plan, rank, secrets_env, on_host=platform.on_host, refused=refused
+        )
         return row
 
     group = run_group(hosts, one)
