@@ -188,6 +188,13 @@ def test_a_job_that_cannot_start_or_be_placed_is_cancelled_and_the_old_one_serve
     [host] = refused.json()["hosts"]
     assert "not proven" in host["detail"] and "sbatch --test-only refused the job" in host["detail"], host
     assert jobs(slurm, "slurm-demo") == {run1: "RUNNING"}
+    # the dry run asks the same question of the real scheduler: the job a deploy would stop at, exit 3
+    dry = cli("--json", "deploy", str(v1), "--dry-run", "--inventory", str(greedy), *common[2:])
+    assert dry.code == 3, dry.stdout + dry.stderr
+    [row] = dry.json()["dry_run"]
+    [problem] = row["prove"]["problems"]
+    assert problem["check"] == "start" and "sbatch --test-only refused the job" in problem["message"], row["prove"]
+    assert jobs(slurm, "slurm-demo") == {run1: "RUNNING"}
 
     free = next(n for n in slurm.nodes if n != slurm.run("squeue", "-h", "-o", "%N", check=True).stdout.strip())
     slurm.drain(free, "specctl test: drained")
@@ -252,7 +259,9 @@ def test_through_a_login_node_reached_over_ssh(
     ]
     dry = cli("deploy", str(v1), "--dry-run", *common)
     assert dry.code == 0, dry.stdout + dry.stderr
+    assert "prove ok on lab" in dry.stdout.splitlines(), dry.stdout  # sbatch --test-only took the job, over SSH
     [row] = cli("--json", "deploy", str(v1), "--dry-run", *common).json()["dry_run"]
+    assert row["prove"] == {"ok": True, "problems": []}, row["prove"]
     assert row["job"][:4] == ["sbatch", "--job-name=specctl:slurm-ssh:<run-id>", "--nodes=1", "--ntasks-per-node=1"]
     assert "--gres=gpu:2" in row["job"]
     # the sbatch command under the dry run's table, broken before its options where it is long
