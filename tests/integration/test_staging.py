@@ -572,9 +572,11 @@ def test_stage_verify_hashes_every_file_again_against_the_hubs_checksums(
     hub.clear()
     assert cli("--json", "stage", profile, *common).code == 0  # the hash cache vouches for it: nothing fetched
     assert hub.file_gets() == [] or all(s.range for s in hub.file_gets())
-    again = cli("--json", "stage", profile, "--verify", *common)
+    again = cli("stage", profile, "--verify", "-o", "wide", *common)  # what a person reads: the re-fetch is said
     assert again.code == 0, again.stdout + again.stderr
     assert shard.read_bytes() == original
+    said = " ".join(again.stdout.split())
+    assert "hashed again" in said and "re-fetched 1 file" in said and "did not match the Hub's checksum" in said, said
     assert [s.path for s in hub.file_gets() if s.range is None] == [
         f"/{TARGET}/resolve/{COMMITS[TARGET]}/model.safetensors"
     ]
