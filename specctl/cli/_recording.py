@@ -52,6 +52,7 @@ def recorded(
                 ssh_config=ssh_config,
                 accept_new_host_key=accept_new_host_key,
                 secrets_env={n: os.environ[n] for n in secrets or () if n in os.environ},
+                environ=os.environ,  # a stored release's `secrets:` by name (a rollback reads them on the host)
                 cancel=cancel,
                 offline=offline,
             )

@@ -86,7 +86,9 @@ def baseline(
     offline: OfflineOpt = False,
 ) -> None:
     """Serve the profile's target without speculation on each host, measure it on the profile's
-    workload and record it; verify divides by it. The profile's own server is restarted after."""
+    workload and record it; verify divides by it. The profile's own server is restarted after. Exit 3
+    when the baseline's server stops answering during the measurement (nothing measured: the run is
+    recorded `unreachable`)."""
     from specctl.cli.views import baseline_view
     from specctl.flows import static
     from specctl.flows.baseline import baseline as baseline_flow
@@ -134,8 +136,11 @@ def rollback(
     out: FormatOpt = "normal",
 ) -> None:
     """Restart a stored release (default: the newest verified one that is not serving), switch
-    `current` and verify it; a release that spans nodes comes back on every node rank at once. Exit 1
-    when its verify fails."""
+    `current` and verify it; a release that spans nodes comes back on every node rank at once. The
+    secrets its own profile names are passed from this environment. Exit 1 when its verify fails;
+    exit 3 when a host fails, when the release is not proven before anything stops (a secret it names
+    is not set here, say), or when its verify reached no server (the run is recorded `unreachable`,
+    the release's verification left as it was)."""
     from specctl.cli.views import show_reports
     from specctl.flows.rollback import rollback_hosts
     from specctl.ledger.ledger import Ledger, ledger_path

@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+from collections.abc import Sequence
 
 from specctl.errors import HostError, InputError
 from specctl.flows.change import Change
@@ -24,6 +25,7 @@ from specctl.release.documents import read_release
 from specctl.release.platform import platform_type
 from specctl.release.staging import host_env, profile_checkpoints
 from specctl.verdict.client import EngineClient
+from specctl.verdict.engine_errors import EngineHTTPError
 from specctl.verdict.measure import warm_up
 from specctl.verdict.points import Baseline, PointResult, baseline_from_dict, measure_points, measurements_dict
 
@@ -52,12 +54,17 @@ def baseline_key(profile: Profile, workload_sha256: str) -> str:
 
 
 def baseline(ctx: Context, report: CheckReport, host: HostSpec) -> tuple[str, Baseline]:
-    """Serve the profile's target without speculation on `host`, measure it, record it."""
+    """Serve the profile's target without speculation on `host`, measure it, record it. A baseline
+    server that stops answering during the measurement measured nothing: the host is given back, the
+    run closed `unreachable` (as a verify that reached no server), and a HostError raised (exit 3)."""
+    from specctl.flows.verify import not_reached  # verify imports this module
+
     profile = report.inputs.profile
     name, v = profile.metadata.name, profile.verify
     workload = profile_workload(report)
     session = ctx.session(host, name)
     the_plan = plan(report, baseline=True, node0_address=platform_type(host).node0_address)
+    unreached: HostError | None = None
     with recording(
         ctx,
         "baseline",
@@ -86,46 +93,75 @@ def baseline(ctx: Context, report: CheckReport, host: HostSpec) -> tuple[str, Ba
             )
             walk = Walk(rec.events(host.name), before=ctx.cancel.check)
             measured: list[list[PointResult]] = []
+            gone: list[EngineHTTPError] = []  # the measurement reached no server (after `ready` had)
 
             def measure_step() -> None:
                 client = EngineClient(session.server_url(change.release, profile.engine.port), cancel=ctx.cancel)
                 prompts = release_prompts(
                     change.release, read_release(change.release), report.inputs.engine, ids=v.stream
                 )
-                warm_up(client, prompts, max_new_tokens=v.max_new_tokens, temperature=v.temperature)
-                measured.append(
-                    measure_points(
-                        client,
-                        prompts,
-                        v,
-                        gated=False,
-                        cancelled=lambda: ctx.cancel.cancelled,
-                        progress=lambda text: session.progress(f"baseline {text}"),
+                try:
+                    warm_up(client, prompts, max_new_tokens=v.max_new_tokens, temperature=v.temperature)
+                    measured.append(
+                        measure_points(
+                            client,
+                            prompts,
+                            v,
+                            gated=False,
+                            cancelled=lambda: ctx.cancel.cancelled,
+                            progress=lambda text: session.progress(f"baseline {text}"),
+                        )
                     )
-                )
+                except EngineHTTPError as exc:
+                    if not_reached(exc):
+                        gone.append(exc)
+                    raise
                 ctx.cancel.check()
 
-            walk.run([*change.steps(), Step("measure", measure_step)])
-            walk.unwind()  # give the host back: the baseline stops, the profile's current starts again
-            if walk.undo_errors:  # measured, but the host was not given back: say so, never report success
-                raise HostError(
-                    f"{host.name}: the baseline was measured but the host was not given back: "
-                    + "; ".join(walk.undo_errors),
-                    host=host.name,
-                    fix="run `specctl status`, then deploy or roll back",
-                )
-        points = measured[0]
-        summary = points[0].summary
-        rec.host(
-            host.name,
-            release=rec.run_id,
-            commands=[list(n.argv) for n in the_plan.nodes],
-            measurements=measurements_dict(points),
-            verdict={"summary": summary, "points": [p.to_dict() for p in points]},
-            passed=True,
-        )
-        rec.outcome.verdict = {"passed": True, "summary": summary}
+            try:
+                walk.run([*change.steps(), Step("measure", measure_step)])
+            except EngineHTTPError as exc:  # the walk gave the host back; a server not reached measured nothing
+                if not gone:
+                    raise
+                unreached = _not_measured(host.name, change.release.run_id, exc, walk.undo_errors)
+                rec.outcome.status = "unreachable"
+                rec.outcome.verdict = {"passed": None, "error": unreached.message}
+            else:
+                walk.unwind()  # give the host back: the baseline stops, the profile's current starts again
+                if walk.undo_errors:  # measured, but the host was not given back: say so, never report success
+                    raise HostError(
+                        f"{host.name}: the baseline was measured but the host was not given back: "
+                        + "; ".join(walk.undo_errors),
+                        host=host.name,
+                        fix="run `specctl status`, then deploy or roll back",
+                    )
+        if unreached is None:
+            points = measured[0]
+            summary = points[0].summary
+            rec.host(
+                host.name,
+                release=rec.run_id,
+                commands=[list(n.argv) for n in the_plan.nodes],
+                measurements=measurements_dict(points),
+                verdict={"summary": summary, "points": [p.to_dict() for p in points]},
+                passed=True,
+            )
+            rec.outcome.verdict = {"passed": True, "summary": summary}
+    if unreached is not None:
+        raise unreached
     return rec.run_id, {p.concurrency: p.measurement for p in points}
+
+
+def _not_measured(host: str, run_id: str, exc: EngineHTTPError, undo_errors: Sequence[str]) -> HostError:
+    """The error of a baseline whose server stopped answering before its measurement was whole."""
+    given_back = "the host was not given back: " + "; ".join(undo_errors) if undo_errors else "the host was given back"
+    return HostError(
+        f"{host}: the baseline's server ({run_id}) stopped answering during the measurement: {exc.message}. "
+        f"Nothing was measured or recorded as a baseline; {given_back}",
+        host=host,
+        fix="see its server log (`specctl logs`), then run `specctl baseline` again"
+        + ("; first `specctl status`, then deploy or roll back" if undo_errors else ""),
+    )
 
 
 def find_baseline(ctx: Context, key: str, host: str) -> tuple[str, Baseline] | None:

@@ -99,10 +99,13 @@ class Change:
     @classmethod
     def stored(cls, session: HostSession, run_id: str, **options: Any) -> Change:
         """Bringing back a release already on the host, from its own files and documents (rollback,
-        tune giving the host back); `options` are the other fields (a rollback's `replaced_as`)."""
+        tune giving the host back); `options` are the other fields (a rollback's `replaced_as`).
+        The secrets are those its own profile names, taken from the operator's environment (the
+        command line's profile may name others, or none): `prove` refuses one that is not set."""
         release = session.release(run_id)
         docs = session.docs(run_id)
         engine = get_engine(docs.profile.engine.name)
+        session.ctx.take_secrets(docs.profile.secrets)
         return cls(
             session,
             release,
@@ -114,6 +117,7 @@ class Change:
             profile=docs.profile,
             engine=engine,
             address=docs.profile.engine.host,
+            secrets=tuple(docs.profile.secrets),
             **options,
         )
 

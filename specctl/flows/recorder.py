@@ -1,5 +1,9 @@
 """The one sink through which a flow writes the ledger: a run opened and closed, its step
-boundaries, what it did on each host, and the copy of the run each release directory keeps."""
+boundaries, what it did on each host, and the copy of the run each release directory keeps.
+
+The copy is written whole (release/whole.py: a temporary name, synced, then renamed) or not at all;
+one that cannot be written (a full disk, said as such) is a note, never a failure of the run: the run
+happened, and the ledger has it."""
 
 from __future__ import annotations
 
@@ -14,6 +18,7 @@ from specctl.flows.steps import Events
 from specctl.hosts.group import parallel
 from specctl.ledger.records import Outcome
 from specctl.release import release as rel
+from specctl.release import whole
 
 
 class Recorder:
@@ -64,13 +69,39 @@ class Recorder:
         if release_id:
             data = (json.dumps(self.snapshot(), indent=2, sort_keys=True, default=str) + "\n").encode()
             copy = (session.release(release_id).path(f"{rel.RUNS_DIR}/{self.run_id}.json"), data)
-        if let_go:
-            session.let_go(copy)  # the ledger has the run; a copy that cannot be written is said, not raised
+        if let_go and copy is not None:
+            failed: list[HostError] = []
+            session.let_go(copy, on_failure=failed.append)  # the ledger has the run: a copy not written is said
+            if failed:
+                self._not_kept(session, copy[0], failed[0], released=not session.holding)
+        elif let_go:
+            session.let_go()
         elif copy is not None:
             try:
-                session.transport.put(*copy)
+                whole.put(session.transport, *copy)
             except HostError as exc:
-                session.note(f"could not keep a copy of run {self.run_id}: {error_text(exc)}")
+                self._not_kept(session, copy[0], exc, released=False)
+
+    def _not_kept(self, session: HostSession, path: str, exc: HostError, *, released: bool) -> None:
+        """Say that the host's copy of the run was not written, and that the run itself stands;
+        `released`: the lock's release went in the same round trip, whose fate is looked at."""
+        lock = ""
+        if released:
+            try:
+                held = session.transport.run(["test", "-e", f"{session.base}/lock"], check=False).rc == 0
+            except HostError:
+                held = True
+            lock = (
+                f"; the lock {session.base}/lock may still be there: `specctl unlock {session.profile}` "
+                "removes it once this command has ended"
+                if held
+                else ""
+            )
+        session.note(
+            f"run {self.run_id} happened and the ledger has it (`specctl show {self.run_id}`); only its copy "
+            f"in the release directory was not kept ({path}, nothing half-written under that name): "
+            f"{error_text(exc)}{lock}"
+        )
 
     def keep_all(self, kept: Sequence[tuple[HostSession, str | None]]) -> None:
         """`keep` on every host at once, each session's hold ending in the same round trip (one

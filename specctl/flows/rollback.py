@@ -16,7 +16,7 @@ from specctl.flows.report import HostReport
 from specctl.flows.session import Context, HostSession, error_text
 from specctl.flows.static import CheckReport
 from specctl.flows.steps import Walk
-from specctl.flows.verify import verify_and_record
+from specctl.flows.verify import ServerUnreachable, verify_and_record
 from specctl.hosts.group import run_group
 from specctl.hosts.inventory import HostSpec
 from specctl.hosts.transport import Transport
@@ -91,7 +91,9 @@ def rollback(
 ) -> HostReport:
     """Go back to a stored release on one host: stop what runs, start the release from its own
     files, switch `current` (the release it replaces is recorded rolled-back) and verify it. A
-    recorded run; a release that is not whole is refused before anything stops."""
+    recorded run; a release that is not whole is refused before anything stops. A verify that
+    reaches no server of it judges nothing: the run is closed `unreachable`, the release's
+    verification left as it was, and the error raised (exit 3) once the run's copy is kept."""
     session = ctx.session(host, profile)
     current = session.current()
     chosen = choose_release(
@@ -103,6 +105,7 @@ def rollback(
     )
     docs = session.docs(chosen.run_id)
     held = False
+    unreached: ServerUnreachable | None = None
     try:
         with recording(
             ctx,
@@ -128,21 +131,29 @@ def rollback(
                 retire(session, chosen.run_id)  # a cluster's job that replaced it stops now that it is current again
             except HostError as exc:
                 session.note(f"the servers of the releases after {chosen.run_id} could not be stopped: {exc.message}")
-            verdict = verify_and_record(
-                rec, session, chosen.run_id, report=report, baseline_mode=_baseline_mode(report, docs.summary)
-            )
-            rec.outcome.status = "succeeded" if verdict.passed else "failed"
-            rec.outcome.verdict = {
-                "passed": verdict.passed,
-                "from": current,
-                "to": chosen.run_id,
-                "hosts": {host.name: verdict.to_dict()},
-            }
+            try:
+                verdict = verify_and_record(
+                    rec, session, chosen.run_id, report=report, baseline_mode=_baseline_mode(report, docs.summary)
+                )
+            except ServerUnreachable as exc:  # nothing measured: not a verdict on the release
+                unreached = exc
+                rec.outcome.status = "unreachable"
+                rec.outcome.verdict = {"passed": None, "from": current, "to": chosen.run_id, "error": error_text(exc)}
+            else:
+                rec.outcome.status = "succeeded" if verdict.passed else "failed"
+                rec.outcome.verdict = {
+                    "passed": verdict.passed,
+                    "from": current,
+                    "to": chosen.run_id,
+                    "hosts": {host.name: verdict.to_dict()},
+                }
         held = False
         rec.keep(session, chosen.run_id, let_go=True)  # the run's copy, and the lock released, in one round trip
     finally:
         if held:
             session.let_go()
+    if unreached is not None:
+        raise unreached
     return HostReport(
         host.name,
         True,
@@ -263,21 +274,29 @@ def rollback_nodes(
             raise error
         ctx.cancel.check()
         verdict = None
+        unreached: ServerUnreachable | None = None
         if not failed:
-            verdict = verify_and_record(
-                rec, head, to_run, report=report, baseline_mode=_baseline_mode(report, docs.summary)
-            )
-            for s in sessions[1:]:
-                s.release(to_run).update_record(verification=head.release(to_run).record().verification)
+            try:
+                verdict = verify_and_record(
+                    rec, head, to_run, report=report, baseline_mode=_baseline_mode(report, docs.summary)
+                )
+            except ServerUnreachable as exc:  # nothing measured: no rank's record changes
+                unreached = exc
+            else:
+                for s in sessions[1:]:
+                    s.release(to_run).update_record(verification=head.release(to_run).record().verification)
         passed = verdict is not None and verdict.passed
-        rec.outcome.status = "succeeded" if passed else "failed"
+        rec.outcome.status = "unreachable" if unreached else "succeeded" if passed else "failed"
         rec.outcome.verdict = {
-            "passed": passed,
+            "passed": None if unreached else passed,
             "from": current,
             "to": to_run,
             "hosts": {h.name: verdict.to_dict() if verdict else None for h in hosts},
+            **({"error": error_text(unreached)} if unreached else {}),
         }
     rec.keep_all([(s, to_run) for s in sessions])
+    if unreached is not None:
+        raise unreached
     out = []
     for h in hosts:
         r = reports[h.name].timed(group.seconds.get(h.name))

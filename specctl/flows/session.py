@@ -5,7 +5,7 @@ documents it has read), so a step's signature is `(session)` and not eleven para
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -32,6 +32,9 @@ class Context:
     ssh_config: str | None = None
     accept_new_host_key: bool = False
     secrets_env: dict[str, str] = field(default_factory=dict)
+    # the operator's environment, read only for names a stored release's `secrets:` lists (a rollback
+    # learns them from the release's own profile on the host, after the command line was read)
+    environ: Mapping[str, str] = field(default_factory=dict)
     budget_s: float = STARTUP_BUDGET_S
     cancel: CancelToken = NEVER
     on_progress: Callable[[str, str], None] = lambda host, text: None  # what a host is doing now: passes
@@ -42,6 +45,12 @@ class Context:
 
     _sessions: dict[tuple[str, str], HostSession] = field(default_factory=dict)
     _guard: threading.Lock = field(default_factory=threading.Lock)
+
+    def take_secrets(self, names: Iterable[str]) -> None:
+        """Add the named secrets that `environ` sets to `secrets_env`, what servers start with (a name
+        it does not set stays out: `prove` refuses the release, naming it)."""
+        with self._guard:
+            self.secrets_env.update({n: self.environ[n] for n in names if n in self.environ})
 
     def session(self, host: HostSpec, profile: str) -> HostSession:
         """One session per host and profile for the whole command: one connection per host (a
@@ -143,10 +152,13 @@ class HostSession:
     def holding(self) -> bool:
         return self._lock_depth > 0
 
-    def let_go(self, last_write: tuple[str, bytes] | None = None) -> None:
+    def let_go(
+        self, last_write: tuple[str, bytes] | None = None, *, on_failure: Callable[[HostError], None] | None = None
+    ) -> None:
         """End a hold; the outermost one releases the lock. `last_write` (path, bytes) is written
         either way, in the release's round trip when there is one (a run's copy is written under
-        the lock, and costs no round trip of its own)."""
+        the lock, and costs no round trip of its own). `on_failure`: who says a failure, instead of
+        a line of progress (the recorder, for a run's copy)."""
         self._lock_depth -= 1
         releasing = self._lock_depth == 0
         try:
@@ -155,6 +167,9 @@ class HostSession:
             elif last_write is not None:
                 whole.put(self.transport, *last_write)
         except HostError as exc:  # the host is gone: its lock stays, and `unlock` will see our process gone
+            if on_failure is not None:
+                on_failure(exc)
+                return
             undone = ([f"write {last_write[0]}"] if last_write else []) + (["release the lock"] if releasing else [])
             self.progress(f"could not {' and '.join(undone)}: {error_text(exc)}")
 
