@@ -49,6 +49,7 @@ from specctl.flows.rollback import choose_release, release_records, rollback
 from specctl.flows.session import Context, HostSession, error_text
 from specctl.flows.static import CheckReport, plan
 from specctl.flows.steps import Walk
+from specctl.flows.verify import ServerUnreachable
 from specctl.hosts.group import run_group
 from specctl.hosts.inventory import HostSpec
 from specctl.ledger.records import WatchWindow
@@ -301,7 +302,11 @@ def act(
                 "speculative settings and engine: going back cannot fix a traffic shift"
             )
             return
-        back = rollback(ctx, s.spec, s.profile, to_run=candidate.run_id, parent=rec.run_id)
+        try:
+            back = rollback(ctx, s.spec, s.profile, to_run=candidate.run_id, parent=rec.run_id)
+        except ServerUnreachable as exc:  # it was restarted; only its verify found no server to ask
+            result.action = f"rollback: {candidate.run_id} (its verify reached no server: {exc.message})"
+            return
         result.action = f"rollback: {back.rolled_back_to}" + ("" if back.passed else " (its verify FAILED)")
     except (InputError, HostError) as exc:
         result.action = f"refused: {exc.message}"
