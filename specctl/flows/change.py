@@ -358,6 +358,7 @@ def restore(s: HostSession, run_id: str) -> None:
         handle=handle,
         budget_s=budget,
         on_progress=s.progress,
+        on_note=s.note,
     )
 
 
@@ -421,6 +422,7 @@ def ready(c: Change) -> None:
             handle=c.handle,
             budget_s=c.budget_s,
             on_progress=s.progress,
+            on_note=s.note,
             cancel=s.ctx.cancel,
         )
     except BaseException:

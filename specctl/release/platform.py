@@ -42,6 +42,7 @@ class Observation:
     address: str | None
     waiting: str | None = None  # e.g. "queued: PENDING (Resources)"
     ended: str | None = None  # why it is gone, when the platform knows (a job's final state)
+    notes: tuple[str, ...] = ()  # what the look did that a person must hear once (a second job cancelled)
 
 
 class Platform(Protocol):

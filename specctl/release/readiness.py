@@ -45,6 +45,7 @@ def wait_ready(
     handle: int,
     budget_s: float,
     on_progress: Callable[[str], None] = lambda phase: None,
+    on_note: Callable[[str], None] = lambda text: None,
     poll_s: float = 0.5,
     cancel: CancelToken = NEVER,
 ) -> float:
@@ -71,6 +72,8 @@ def wait_ready(
             try:
                 seen = platform.observe(release, handle)
                 alive, lines, waiting, ended = seen.alive, seen.lines, seen.waiting, seen.ended
+                for note in seen.notes:
+                    on_note(note)
                 address, lost_since = seen.address or address, None
             except ConnectionLost as lost:
                 alive, ended = True, None  # unknown: the server may well be loading; its health decides, or the budget

@@ -513,9 +513,7 @@ class SlurmPlatform:
             why = f" ({reason})" if reason and reason != "None" else ""
             return Observation(True, lines, None, waiting=f"job {handle} {state.lower()}{why}")
         waiting = self._feed(release, handle) or (None if address.strip() else f"job {handle} on {nodes}")
-        if twins:
-            waiting = f"{waiting}; {twins}" if waiting else None
-        return Observation(True, lines, address.strip() or None, waiting=waiting)
+        return Observation(True, lines, address.strip() or None, waiting=waiting, notes=(twins,) if twins else ())
 
     def watchdog(self, release: rel.Release) -> bool:
         return False  # a job's own deadline loop runs in its batch step, out of the login node's sight

@@ -229,11 +229,13 @@ def test_a_second_live_job_of_a_release_whose_reply_was_lost_is_cancelled_when_s
         f'*"%T|%r|%N"*) echo "RUNNING|None|n1";; *) [ -e {cancelled} ] || echo RUNNING;; esac'
     )
     slurm, release = target(tmp_path, squeue=squeue, scancel=f'echo "$*" >{cancelled}')
-    slurm.observe(release, 61)
+    assert slurm.observe(release, 61).notes == ()
     assert not cancelled.exists()  # no reply was lost: nothing is looked for
     slurm._lost.add("r1")
-    slurm.observe(release, 61)
+    seen = slurm.observe(release, 61)
     assert cancelled.read_text().split() == ["62"]  # the release's other live job; not another release's
+    # said once, to a person, even when the job is ready (wait_ready passes a look's notes to on_note)
+    assert seen.notes == ("cancelled job(s) 62 of release r1 beside job 61",), seen
 
 
 def test_sbatch_test_only_proves_the_job_and_submits_nothing(tmp_path: Path) -> None:
