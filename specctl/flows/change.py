@@ -3,6 +3,9 @@ and baseline share, each with its undo.
 
     preflight -> stage -> materialise -> prove -> stop previous -> start -> ready -> switch
 
+A fleet (a deploy to several hosts, a multi-node rollback) waits at one barrier at the end of
+`prove` (`ProofGate`): nothing stops on any host until every host is proven, or has failed.
+
 Nothing running is stopped before everything that can be done beside it is done (connection,
 facts judged against the profile: the interpreter, the engine, the GPUs; a port held by a stranger;
 a whole release on disk; the release proven on its host as it will start, flows/prove.py).
@@ -61,7 +64,7 @@ class Change:
     checkpoints: tuple[staging.Checkpoint, ...] = ()  # Hub repos to stage before anything is stopped
     stage_env: dict[str, str] = field(default_factory=dict)
     staged: dict[str, staging.Staged] = field(default_factory=dict)
-    staged_everywhere: Callable[[], None] | None = None  # a fleet: wait until every host has staged
+    proven_everywhere: Callable[[], None] | None = None  # a fleet: wait until every host is proven (`ProofGate`)
     clear: tuple[str, ...] = ()  # profiles whose servers stop first (default: the session's)
     ready_gate: NodeGate | None = None  # multi-node: rank 0 opens it, the other ranks wait on it
     node_rank: int = 0
@@ -169,6 +172,41 @@ class NodeGate:
         return self._event.wait(timeout_s) and self.ok
 
 
+class ProofGate:
+    """A fleet's one barrier before anything stops: every host (or node rank) waits at the end of its
+    `prove` until every other one is proven, or has failed. Past `max_failures` failed hosts, every
+    waiting host fails here too, so nothing is stopped anywhere: a host that cannot start (or is
+    still staging a checkpoint) never costs the others an outage. Every host arrives once: proven
+    (`wait`), or with why it failed (`arrive`, from its flow's handler of any failure)."""
+
+    def __init__(self, hosts: int, max_failures: int, cancel: Callable[[], None]) -> None:
+        self.hosts, self.max_failures, self.cancel = hosts, max_failures, cancel
+        self.arrived: dict[str, str | None] = {}  # host -> why it failed, or None: proven
+        self._changed = threading.Condition()
+
+    def arrive(self, host: str, failure: str | None = None) -> None:
+        with self._changed:
+            self.arrived.setdefault(host, failure)
+            self._changed.notify_all()
+
+    def wait(self, host: str) -> None:
+        """Arrive proven and wait for every host; raise when more failed than `max_failures` allows."""
+        self.arrive(host)
+        with self._changed:
+            while len(self.arrived) < self.hosts:
+                self._changed.wait(0.5)
+                self.cancel()
+            failed = {h: why for h, why in self.arrived.items() if why is not None}
+        if len(failed) > self.max_failures:
+            first = sorted(failed)[0]
+            raise HostError(
+                f"{host}: nothing was stopped: {len(failed)} host(s) failed before anything stopped "
+                f"(max {self.max_failures}; {first}: {failed[first]})",
+                host=host,
+                fix="fix that host (see its row), then run the command again",
+            )
+
+
 def preflight(c: Change) -> None:
     """Everything that can be learnt without touching what runs."""
     s = c.session
@@ -269,6 +307,9 @@ def prove(c: Change) -> None:
             host=s.name,
             fix="nothing was stopped; " + found[0].fix,
         )
+    if c.proven_everywhere is not None:
+        s.progress("proven: waiting for the other hosts to be proven before anything stops")
+        c.proven_everywhere()
 
 
 def stage(c: Change) -> None:
@@ -301,9 +342,6 @@ def stage(c: Change) -> None:
         + "".join(f"; {x.repo}: content unverified ({x.unverified})" for x in unverified)
     )
     s.ctx.on_event(s.name, {"event": "staged", "checkpoints": [x.to_dict() for x in done]})
-    if c.staged_everywhere is not None:
-        s.progress("staged: waiting for the other hosts to stage before anything stops")
-        c.staged_everywhere()
 
 
 def materialise(c: Change) -> None:

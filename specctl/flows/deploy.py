@@ -1,29 +1,33 @@
 """The deploy, as one screen of steps per host, all hosts in parallel under one run id:
 
-    preflight -> stage -> materialise -> stop previous -> start -> ready -> switch     (flows/change.py)
+    preflight -> stage -> materialise -> prove                                          (flows/change.py)
+    -- a fleet waits here (`ProofGate`): past --max-failures failed hosts, nothing stops anywhere --
+    stop previous -> start -> ready -> switch
     -- every host waits here; past --max-failures failed hosts, the others undo all of the above --
-    verify -> keep, or roll back to the newest verified release
+    verify -> keep, or put back exactly the release that ran when the deploy began (`Change.ran`)
 
 Each host holds its profile lock from preflight to the end, verify included. Any exception in a
 step runs the undos of the steps done (walking back to the previous release); the run's ledger
-row records every step boundary. Multi-node TP runs node rank r on host r, all ranks meeting at
-node 0's address; it is ready when node 0 answers, verified through node 0, and not rolled back by
-itself. On a platform that places every node rank (a scheduler's cluster) one start runs every
-rank and the ranks meet where the platform says; on a rolling platform the new release runs
-beside the previous release's until it is verified, and only then is the previous one stopped (a
-failed verify stops the new one).
+row records every step boundary. A failed verify puts back what ran, verified or not; with nothing
+that ran, the failed release keeps serving and the result says so. A new server that verify
+reaches no more is a failed start: what ran is put back, or the new server is stopped. Multi-node
+TP runs node rank r on host r, all ranks meeting at node 0's address; it is ready when node 0
+answers, verified through node 0, and not rolled back by itself. On a platform that places every
+node rank (a scheduler's cluster) one start runs every rank and the ranks meet where the platform
+says; on a rolling platform the new release runs beside the previous release's until it is
+verified, and only then is the previous one stopped (a failed verify stops the new one).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from specctl.cancel import Cancelled
 from specctl.errors import HostError, InputError
-from specctl.flows.change import Change, Files, NodeGate, retire
+from specctl.flows.change import Change, Files, NodeGate, ProofGate, retire
 from specctl.flows.recorder import Recorder, let_go_all, recording
 from specctl.flows.release_files import release_contents
 from specctl.flows.report import HostReport, profile_fields
@@ -63,39 +67,6 @@ class FleetPolicy:
         return len(self.failed) <= self.max_failures
 
 
-class StageGate:
-    """Nothing is stopped anywhere until every host has staged: a host that is still downloading
-    keeps the others from switching, and a host that could not stage (or failed before) fails the
-    others' wait when more hosts failed than --max-failures allows. Every host arrives once."""
-
-    def __init__(self, hosts: int, max_failures: int, cancel: Callable[[], None]) -> None:
-        self.hosts, self.max_failures, self.cancel = hosts, max_failures, cancel
-        self.arrived: dict[str, str | None] = {}  # host -> why it failed, or None
-        self._changed = threading.Condition()
-
-    def arrive(self, host: str, failure: str | None = None) -> None:
-        with self._changed:
-            self.arrived.setdefault(host, failure)
-            self._changed.notify_all()
-
-    def wait(self, host: str) -> None:
-        """Arrive staged and wait for every host; raise when too many could not stage."""
-        self.arrive(host)
-        with self._changed:
-            while len(self.arrived) < self.hosts:
-                self._changed.wait(0.5)
-                self.cancel()
-            failed = {h: why for h, why in self.arrived.items() if why is not None}
-        if len(failed) > self.max_failures:
-            first = sorted(failed)[0]
-            raise HostError(
-                f"{host}: nothing was stopped: {len(failed)} host(s) could not stage or failed before "
-                f"({first}: {failed[first]})",
-                host=host,
-                fix="fix that host (see its row), then deploy again",
-            )
-
-
 @dataclass
 class Deploy:
     """One deploy run: what every host's steps share."""
@@ -110,7 +81,7 @@ class Deploy:
     baseline_mode: str
     gate: NodeGate | None  # multi-node only
     stage: bool = True  # False: the engine downloads Hub checkpoints itself when it starts (after the stop)
-    stage_gate: StageGate | None = None  # with Hub checkpoints to stage: every host stages before any stops
+    proven: ProofGate | None = None  # a fleet: every host is proven before any stops
     previous: dict[str, str | None] = field(default_factory=dict)  # host -> what ran (`Change.ran`) when it began
 
     def host(self, rank: int, session: HostSession) -> HostReport:
@@ -125,8 +96,8 @@ class Deploy:
             walk.run(change.steps())
         except BaseException as exc:  # noqa: BLE001 - undone by the walk; every host must reach settle()
             failure = exc
-            if self.stage_gate is not None:
-                self.stage_gate.arrive(session.name, error_text(exc))
+            if self.proven is not None:
+                self.proven.arrive(session.name, error_text(exc))
             if self.gate is not None:
                 self.gate.open(False)
         keep = self.policy.settle(session.name, failure)
@@ -152,7 +123,10 @@ class Deploy:
         self.previous[session.name] = change.ran
         ready = f"ready in {change.startup_s:.1f} s" if change.startup_s is not None else f"node rank {rank}"
         result = HostReport(session.name, True, self.rec.run_id, ready)
-        result.time_limit = session.platform.time_limit(change.release)
+        try:  # `current` has moved: a time limit that cannot be read is a note, not a failed host
+            result.time_limit = session.platform.time_limit(change.release)
+        except HostError as exc:
+            session.note(f"the time limit of {change.release.run_id}'s server could not be read: {exc.message}")
         if self.run_verify and rank == 0:
             self.verify(session, result, change)
         elif not self.run_verify:
@@ -174,7 +148,7 @@ class Deploy:
     def change(self, rank: int, session: HostSession) -> Change:
         p = self.report.inputs.profile
         node = self.plan.nodes[rank]
-        gate = self.stage_gate
+        gate = self.proven
         if session.spec.hf_home:  # this host's cache, from the inventory
             node = dataclasses.replace(node, env=host_env(node.env, session.spec.hf_home))
         release = session.release(self.rec.run_id)
@@ -199,7 +173,7 @@ class Deploy:
             node_rank=rank,
             checkpoints=profile_checkpoints(p, baseline=False) if self.stage else (),
             stage_env=host_env(p.engine.env, session.spec.hf_home),
-            staged_everywhere=(lambda: gate.wait(session.name)) if gate is not None else None,
+            proven_everywhere=(lambda: gate.wait(session.name)) if gate is not None else None,
         )
 
     def failed(self, session: HostSession, change: Change | None, failure: BaseException) -> HostReport:
@@ -262,8 +236,9 @@ class Deploy:
             return
         self._restore(session, result, previous, "verify FAILED")
 
-    def _restore(self, session: HostSession, result: HostReport, previous: str, why: str) -> None:
-        """Put back the release that ran before (a rollback run, child of this one), or say why not."""
+    def _restore(self, session: HostSession, result: HostReport, previous: str, why: str) -> bool:
+        """Put back the release that ran before (a rollback run, child of this one), or say why not:
+        True when it was put back."""
         session.note(f"{why}: restoring {previous}, which served before")
         try:
             back = rollback(
@@ -271,32 +246,45 @@ class Deploy:
             )
         except (InputError, HostError) as exc:  # a host lost for good is said in its row, not raised past the others
             result.detail += f"; {why} and {previous} could not be restored: {exc.message}"
-            return
+            return False
         result.rolled_back_to, result.rollback_verdict = back.rolled_back_to, back.rollback_verdict
+        return True
 
     def _failed_start(self, session: HostSession, result: HostReport, change: Change, exc: ServerUnreachable) -> None:
         """The new server answered readiness, then verify reached it no more: the start failed (exit 3),
         whatever --no-rollback says (a failed start is always undone, as one caught at `ready` is). Its
         record says failed-start with no verification (nothing was measured); what ran before is put
-        back, and nothing is claimed restored when nothing ran."""
+        back. When nothing is put back (nothing ran, or its restore was refused: an engine changed
+        since, a secret unset, a release no longer whole) the new server is stopped all the same (a
+        hung server must not outlive its failed start) and the result says what serves after."""
         result.ok = False
         result.detail += f"; a failed start: {error_text(exc)}"
         result.fix = exc.fix
         result.verdict = {"passed": False, "error": error_text(exc)}
         self.rec.host(session.name, release=self.rec.run_id, verdict=result.verdict, passed=False)
         previous = change.ran
-        if previous is not None:
-            self._restore(session, result, previous, "its server stopped answering")
-        else:
+        if previous is None or not self._restore(session, result, previous, "its server stopped answering"):
             try:
-                session.platform.stop(change.release)  # a hung server must not outlive its failed start
+                session.platform.stop(change.release)
             except HostError as failed:
                 result.detail += f"; it could not be stopped: {failed.message}"
-            result.detail += f"; nothing restored: {change.before()}"
+            if previous is None:
+                result.detail += f"; nothing restored: {change.before()}"
+            else:
+                result.detail += f"; {change.release.run_id} stopped: {self._serving(session)}"
         try:
             change.release.update_record(life="failed-start")
         except HostError as failed:
             result.detail += f"; could not record it as failed-start: {failed.message}"
+
+    @staticmethod
+    def _serving(session: HostSession) -> str:
+        """What of the profile runs on the host now, as a person reads it (as `status` sees it)."""
+        try:
+            running = sorted(s.release for s in session.platform.servers(session.base))
+        except HostError as exc:
+            return f"what serves could not be seen ({exc.message})"
+        return f"{', '.join(running)} running" if running else "nothing serves"
 
     def restore_nodes(self, hosts: Sequence[HostSpec], reports: dict[str, HostReport]) -> None:
         """Multi-node: node rank 0's verify failed (every rank is up): every rank's record says so, and
@@ -393,9 +381,7 @@ def deploy(
                 baseline_mode,
                 NodeGate() if nnodes > 1 else None,
                 stage,
-                StageGate(len(hosts), 0 if nnodes > 1 else max_failures, ctx.cancel.check)
-                if stage and profile_checkpoints(p, baseline=False)
-                else None,
+                ProofGate(len(hosts), 0 if nnodes > 1 else max_failures, ctx.cancel.check) if len(hosts) > 1 else None,
             )
             rank = {
                 h.name: i if nnodes > 1 else 0 for i, h in enumerate(hosts)

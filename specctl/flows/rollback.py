@@ -10,7 +10,7 @@ from time import monotonic
 from typing import Any
 
 from specctl.errors import HostError, InputError
-from specctl.flows.change import Change, NodeGate, retire
+from specctl.flows.change import Change, NodeGate, ProofGate, retire
 from specctl.flows.recorder import recording
 from specctl.flows.report import HostReport
 from specctl.flows.session import Context, HostSession, error_text
@@ -216,9 +216,9 @@ def rollback_nodes(
 ) -> list[HostReport]:
     """Bring a multi-node release (`to_run`, a deploy's run id: the same on every node rank) back on
     every rank at once, node rank r on host r, and verify it through node rank 0. Every host's
-    release must be whole before anything stops; a rank that fails to come back takes every other
-    rank back to what ran before (as a deploy does). A recorded run; every rank's record gets rank
-    0's verification."""
+    release must be whole, and proven on its rank (`ProofGate`), before anything stops on any
+    rank; a rank that fails to come back takes every other rank back to what ran before (as a
+    deploy does). A recorded run; every rank's record gets rank 0's verification."""
     sessions = [ctx.session(h, profile) for h in hosts]
     head = sessions[0]
     current = head.current()
@@ -231,6 +231,7 @@ def rollback_nodes(
             )
     docs = head.docs(to_run)
     gate, barrier, guard = NodeGate(), threading.Barrier(len(hosts)), threading.Lock()
+    proven = ProofGate(len(hosts), 0, ctx.cancel.check)  # no rank stops before every rank is proven
     failed: list[str] = []
     reports: dict[str, HostReport] = {}
     with recording(
@@ -250,10 +251,18 @@ def rollback_nodes(
             failure: BaseException | None = None
             try:
                 session.hold(rec.run_id)
-                change = Change.stored(session, to_run, replaced_as="rolled-back", ready_gate=gate, node_rank=rank)
+                change = Change.stored(
+                    session,
+                    to_run,
+                    replaced_as="rolled-back",
+                    ready_gate=gate,
+                    node_rank=rank,
+                    proven_everywhere=lambda: proven.wait(session.name),
+                )
                 walk.run(change.steps())
             except BaseException as exc:  # noqa: BLE001 - undone by the walk; every rank must reach the barrier
                 failure = exc
+                proven.arrive(session.name, error_text(exc))
                 gate.open(False)
                 with guard:
                     failed.append(session.name)
