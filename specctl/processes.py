@@ -1,6 +1,8 @@
 """Processes of this machine: whether one still exists. Shared by the host lock (is its holder
 here still running?) and the ledger (is a run left `running` still in progress?), neither of
-which should depend on the other or on a host transport."""
+which should depend on the other or on a host transport. A host's processes are read in its own
+shell, with the same meanings: facts/host.py's PROCESS_TABLE_SH (`process_table`) and PROCESS_SH
+(`start_time`, `process_alive`)."""
 
 from __future__ import annotations
 

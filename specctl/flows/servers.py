@@ -8,7 +8,7 @@ import calendar
 import json
 import shlex
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -165,16 +165,26 @@ def _confirm_by(t: Transport, release: rel.Release) -> str | None:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(int(raw.strip())))
 
 
-def stop(reach: Reach, profile: str, hosts: Sequence[HostSpec], *, command: str) -> dict[str, list[str] | str]:
+def stop(
+    reach: Reach,
+    profile: str,
+    hosts: Sequence[HostSpec],
+    *,
+    command: str,
+    on_note: Callable[[str, str], None] = lambda host, text: None,
+) -> dict[str, list[str] | str]:
     """Stop every server of the profile on each host, under its lock; per host the releases stopped
-    (or the error)."""
+    (or the error). `on_note(host, text)`: what taking a lock says (an empty file taken over, a root
+    last used under another name, a stale holder)."""
     owner = lock.owner(rel.new_run_id(), command)
+    seen = lock.Seen()
 
     def one(host: HostSpec) -> list[str]:
         t, root = reach.open(host)
         base = f"{root}/{profile}"
         platform = platform_of(host, t)
-        lock.acquire(t, base, owner, own_root=platform.machine_root)
+        for text in lock.said(lock.take(t, base, owner, own_root=platform.machine_root, seen=seen)):
+            on_note(host.name, text)
         try:
             return platform.stop_running(root, profile)
         finally:

@@ -43,6 +43,8 @@ class Context:
     stage_slots: threading.BoundedSemaphore = field(default_factory=lambda: threading.BoundedSemaphore(STAGE_PARALLEL))
     offline: bool = False  # staging asks no Hub: what a host's cache holds is staged, content unverified
 
+    # what this command has seen of its hosts' identities (release/lock.py: what two names share is said)
+    seen: lock.Seen = field(default_factory=lock.Seen)
     _sessions: dict[tuple[str, str], HostSession] = field(default_factory=dict)
     _guard: threading.Lock = field(default_factory=threading.Lock)
 
@@ -141,11 +143,10 @@ class HostSession:
                 self.base,
                 lock.owner(run_id, self.ctx.command, self.name),
                 own_root=self.platform.machine_root,
+                seen=self.ctx.seen,
             )
-            for text in taken.notes:
+            for text in lock.said(taken):
                 self.note(text)
-            if taken.stale is not None:
-                self.note(f"took over the lock of {lock.describe(taken.stale)}")
         self._lock_depth += 1
 
     @property

@@ -1,6 +1,7 @@
-"""The transport: run a command on a host. Everything else a deploy needs (put a file atomically,
-read a file, start a detached process) is built on `run` here, so the local host and SSH hosts
-share one code path and differ only in how a command reaches the machine.
+"""The transport: run a command on a host. Everything else a deploy needs (read a file, start a
+detached process, several commands in one round trip) is built on `run` here, so the local host and
+SSH hosts share one code path and differ only in how a command reaches the machine. Writing a file is
+release/whole.py's (`Transport.put` hands it on): one writer, whole or not at all.
 
 A command whose connection broke raises `ConnectionLost`: nobody knows whether it ran. Commands
 that are safe to run twice (reads, signals, atomic renames) say `retry=True` and are sent again
@@ -21,12 +22,6 @@ from specctl.errors import ConnectionLost, HostError
 _START = (
     'cd "$1" && log="$2" && pidfile="$3" && shift 3 && setsid "$@" >>"$log" 2>&1 </dev/null & '
     'pid=$!; printf "%s\\n" "$pid" >"$3.tmp" && mv -f "$3.tmp" "$3" && printf "%s\\n" "$pid"'
-)
-# Write stdin to a file through a temporary sibling and a rename: readers see old or new, never half.
-# Its directory is made when missing.
-_PUT = (
-    'mkdir -p "$(dirname "$1")" && tmp="$1.tmp.$$" && '
-    '{ cat >"$tmp" && chmod "$2" "$tmp" && mv -f "$tmp" "$1"; } || { rm -f "$tmp"; false; }'
 )
 # Several commands in one round trip, one after another, each with stdin closed. For each: a line
 # "rc out-bytes err-bytes", then its output and its error text, byte-exact.
@@ -172,10 +167,12 @@ class Transport:
         return done
 
     def put(self, path: str, data: bytes, *, mode: int = 0o644, then: Sequence[str] = ()) -> None:
-        """Write a file atomically. `then`: a command run in the same round trip after the write,
-        whether or not it succeeded (the write's failure is still raised)."""
-        script = _PUT if not then else f'{{ {_PUT}; }}; rc=$?; shift 2; "$@"; exit $rc'
-        self.run(["sh", "-c", script, "sh", path, format(mode, "o"), *then], stdin=data, retry=True)
+        """Write a file whole (release/whole.py's `put`: synced, then renamed into place; a full disk said
+        as such). `then`: a command run in the same round trip after the write, whether or not it
+        succeeded (the write's failure is still raised)."""
+        from specctl.release import whole  # the writer sits above the transport it writes through
+
+        whole.put(self, path, data, mode=mode, then=then)
 
     def read(self, path: str) -> bytes | None:
         """A file's exact bytes, or None when it cannot be read."""

@@ -2,10 +2,30 @@
 
 Every verb that changes a host (deploy, rollback, baseline, verify, stop) holds it for its whole
 length; `unlock` removes it only when its holder is gone, or when told to with `--force`. A lock
-whose holder is provably gone (a process of this machine that no longer runs: its pid is absent, or
-belongs to a process started later; or a run of this very process that is over) is taken over by the
-next verb, which says so. Taking the lock is also where a host's state root is proven to be that
-machine's own (`host-identity`): the first write of every verb that changes a host.
+whose holder is provably gone (a process of this very process table, boot id and pid namespace,
+that no longer runs: its pid is absent, or belongs to a process started later; or a run of this very
+process that is over) is taken over by the next verb, which says so. Taking the lock is also where a
+host's state root is proven to be that host's own: the first write of every verb that changes a host.
+
+Who may use a host's root (a Slurm cluster's is shared by design), judged by what the root keeps:
+- `host-identity`: the machine-id that wrote it. Another machine-id is another machine on a shared
+  home: refused.
+- `host-seen`: one line, "BOOT NETNS SINCE NAME": the boot id, network namespace (ports) and inventory
+  name of the root's last user, and when that boot first wrote it (its epoch seconds).
+  - Same boot, another network namespace, ANOTHER name: two hosts of one kernel with their own ports
+    (the sshd lab, containers): one root would be one `current` for two servers: refused.
+  - Same boot, another network namespace, the SAME name: that host restarted (a container's new
+    namespace): said, and the root is taken.
+  - Another boot id (the machine-id is the same: host-identity holds): a reboot, or a clone of one
+    image whose /etc/machine-id was never regenerated. A reboot ends the old boot before the new one
+    begins, so the old boot wrote nothing after this boot began; a clone runs beside it. The line's
+    SINCE at or after this boot's start (/proc/stat's btime) is a write by a live other boot: a
+    clone, refused. Earlier: a reboot, and the line is this boot's from now on. (A clone that last
+    wrote before this boot began is taken for a reboot: the first of the two to see the other's
+    later write refuses. Clocks are the two machines' own: NTP-synced clones are told apart.)
+Within one command, what the hosts' identities share under other names (one machine-id under two
+boot ids, one GPU) is said (`Seen`, one per command); two names of one root in one run are refused
+by the lock itself: it names the inventory host that holds it.
 """
 
 from __future__ import annotations
@@ -28,22 +48,24 @@ from specctl.release import whole
 
 IDENTITY_FILE = "host-identity"  # in a state root: "machine-id hostname" of the machine it belongs to
 ROOT_ID_FILE = "root-id"  # in a state root: its own random id, written once: who sees it, shares its lock
-SEEN_FILE = "host-seen"  # in a host's root: "boot-id net-namespace inventory-name" of its last user
+SEEN_FILE = "host-seen"  # in a host's root: "boot-id net-namespace since inventory-name" of its last user
 # First contact with a state root, then the lock, in one round trip. $1 lock, $2 owner, $3 root, $4 1 when
 # the root is one machine's own (a Slurm cluster's is shared by design), $5 a fresh root id (used only if
-# the root has none yet), $6 the inventory name. Every file is written whole (release/whole.py); an empty
-# one a minute old, left by an interrupted write before writes were whole, is taken away first ("emptied
-# AGE PATH"; a younger one: "young PATH", exit 11). Then the root's identity: written on first use, and a
-# root that another machine wrote is refused (exit 9, printing its identity), a home shared by several
-# hosts must not hold one state for all of them; its id ("identity ..." line); the last user of a host's
-# root, and a root used under this very boot from other ports (network namespace) refused (exit 10,
-# "ports NAME"), another inventory name with the same ports said ("seen NAME"). Then the lock: exit 0
-# taken, 17 held (another writer's `ln` won); once taken, the root's last user is this one.
+# the root has none yet), $6 the inventory name, $7 and $8 the names of IDENTITY_FILE and ROOT_ID_FILE,
+# $9 SEEN_FILE. Every file is written whole (release/whole.py); an empty one a minute old, left by an
+# interrupted write before writes were whole, is taken away first ("emptied AGE PATH"; a younger one:
+# "young PATH", exit 11). Then the root's identity: written on first use, and a root that another
+# machine wrote is refused (exit 9, printing its identity); its id ("identity ..." line); then the
+# root's last user (the module's rules): another name from other ports under this boot refused (exit
+# 10, "ports NAME"), the same name from new ports said ("restarted NAME"), another boot that wrote
+# after this one began refused (exit 12, "clone BOOT SINCE NAME"), another inventory name said ("seen
+# NAME"). Then the lock: exit 0 taken, 17 held (another writer's `ln` won); once taken, the root's
+# last user is this one.
 _CREATE = (
     whole.SH
     + IDENTITY_SH
     + r"""
-lock=$1; owner=$2; root=$3; own=$4; fresh=$5; name=$6
+lock=$1; owner=$2; root=$3; own=$4; fresh=$5; name=$6; idf=$root/$7; ridf=$root/$8; seenf=$root/$9
 emptied() {
   [ -f "$1" ] && [ ! -s "$1" ] || return 0
   age=$(( $(date +%s) - $(stat -c %Y "$1" 2>/dev/null || date +%s) ))
@@ -55,28 +77,42 @@ emptied() {
 once() { [ -f "$1" ] && return 0; whole "$1" link; r=$?; [ $r -eq 0 ] || [ $r -eq 17 ]; }
 made "$root" || exit 1
 if [ "$own" = 1 ]; then
-  emptied "$root/host-identity"
-  printf '%s %s\n' "$mid" "$node" | once "$root/host-identity" || exit $?
-  seen=$(head -n 1 "$root/host-identity" 2>/dev/null)
+  emptied "$idf"
+  printf '%s %s\n' "$mid" "$node" | once "$idf" || exit $?
+  seen=$(head -n 1 "$idf" 2>/dev/null)
   [ -n "$seen" ] || exit 11
   [ "${seen%% *}" = "$mid" ] || { printf '%s\n' "$seen"; exit 9; }
 fi
-emptied "$root/root-id"
-printf '%s\n' "$fresh" | once "$root/root-id" || exit $?
-rid=$(head -n 1 "$root/root-id" 2>/dev/null); [ -n "$rid" ] || exit 11
+emptied "$ridf"
+printf '%s\n' "$fresh" | once "$ridf" || exit $?
+rid=$(head -n 1 "$ridf" 2>/dev/null); [ -n "$rid" ] || exit 11
 """
     + IDENTITY_LINE
     + r"""
+now=$(date +%s); mine=""
 if [ "$own" = 1 ]; then
-  last=$(head -n 1 "$root/host-seen" 2>/dev/null)
-  lboot=${last%% *}; rest=${last#* }; lnet=${rest%% *}; lname=${rest#* }
-  if [ -n "$last" ] && [ "$lboot" = "$boot" ] && [ "$lnet" != "$netns" ]; then printf 'ports %s\n' "$lname"; exit 10; fi
-  [ -n "$last" ] && [ "$lname" != "$name" ] && printf 'seen %s\n' "$lname"
+  began=$(awk '$1 == "btime" { print $2 }' /proc/stat 2>/dev/null); began=${began:-$now}
+  last=$(head -n 1 "$seenf" 2>/dev/null); lboot=${last%% *}; rest=${last#* }; lnet=${rest%% *}; rest=${rest#* }
+  lat=${rest%% *}; lname=${rest#* }
+  case $lat in ''|*[!0-9]*) lat=0; lname=$rest;; esac  # a line from before SINCE was kept: "BOOT NETNS NAME"
+  if [ -z "$last" ]; then :
+  elif [ "$lboot" = "$boot" ]; then
+    if [ "$lnet" != "$netns" ]; then
+      [ "$lname" = "$name" ] || { printf 'ports %s\n' "$lname"; exit 10; }
+      printf 'restarted %s\n' "$lname"
+    fi
+    [ "$lname" = "$name" ] || printf 'seen %s\n' "$lname"
+  elif [ "$lat" -ge "$began" ]; then printf 'clone %s %s %s\n' "$lboot" "$lat" "$lname"; exit 12
+  else
+    [ "$lname" = "$name" ] || printf 'seen %s\n' "$lname"
+  fi
+  since=$now; [ "$lboot" = "$boot" ] && [ "$lat" -gt 0 ] && since=$lat  # a boot's first write: alive since
+  mine="$boot $netns $since $name"
 fi
 emptied "$lock"
 printf '%s\n' "$owner" | whole "$lock" link || exit $?
-if [ "$own" = 1 ] && [ "$last" != "$boot $netns $name" ]; then
-  printf '%s %s %s\n' "$boot" "$netns" "$name" | whole "$root/host-seen" move || { r=$?; rm -f "$lock"; exit $r; }
+if [ -n "$mine" ] && [ "$last" != "$mine" ]; then
+  printf '%s\n' "$mine" | whole "$seenf" move || { r=$?; rm -f "$lock"; exit $r; }
 fi
 """
 )
@@ -99,11 +135,6 @@ class Taken:
     identity: Identity | None
     notes: tuple[str, ...] = ()
 
-
-# What this process has seen of state roots, per run: (run id, root id) -> (inventory name, identity), so
-# a second inventory name reaching one root in one run is refused and not given the run's lock twice.
-_roots: dict[tuple[str, str], tuple[str, Identity]] = {}
-_hosts: dict[str, list[tuple[str, Identity]]] = {}  # run id -> every (inventory name, identity) seen
 
 # The locks this process holds, (host, profile directory) -> run id. A lock that names this process
 # with a run it no longer holds (a command run inside a program, which lost the host before it could
@@ -128,69 +159,58 @@ def owner(run_id: str, command: str, host: str | None = None) -> dict[str, Any]:
     }
 
 
-def acquire(transport: Transport, base: str, who: dict[str, Any], *, own_root: bool = True) -> dict[str, Any] | None:
-    """`take`, for callers that say only who was taken over (the stale holder, else None)."""
-    return take(transport, base, who, own_root=own_root).stale
+class Seen:
+    """What one command has seen of its hosts' identities, under each inventory name: so that what two
+    names share (one machine-id under two boot ids, one GPU) is said. One per command (flows' Context),
+    never kept past it. It only says: a refusal rests on what the host holds (the lock names the
+    inventory host that holds it; host-seen, the root's last user)."""
+
+    def __init__(self) -> None:
+        self._hosts: dict[str, Identity] = {}
+        self._guard = threading.Lock()
+
+    def add(self, name: str, identity: Identity | None) -> tuple[str, ...]:
+        """Record `name`'s identity; what it shares with the names seen before."""
+        if identity is None:
+            return ()
+        with self._guard:
+            others = [(n, i) for n, i in self._hosts.items() if n != name]
+            self._hosts.setdefault(name, identity)
+        notes = []
+        for other, theirs in others:
+            if theirs.machine_id == identity.machine_id and theirs.boot_id != identity.boot_id:
+                notes.append(
+                    f"{name} and {other} share machine-id {identity.machine_id[:12]} under two boot ids: clones of "
+                    "one image whose /etc/machine-id was never regenerated (told apart by boot id)"
+                )
+            for gpu in sorted(set(theirs.gpus) & set(identity.gpus)):
+                notes.append(f"GPU {gpu} is {other}'s too: their servers would share it")
+        return tuple(notes)
 
 
-def take(transport: Transport, base: str, who: dict[str, Any], *, own_root: bool = True) -> Taken:
+def said(taken: Taken) -> tuple[str, ...]:
+    """Everything a take says: its notes, then the stale holder it took over."""
+    return taken.notes + ((f"took over the lock of {describe(taken.stale)}",) if taken.stale is not None else ())
+
+
+def take(
+    transport: Transport, base: str, who: dict[str, Any], *, own_root: bool = True, seen: Seen | None = None
+) -> Taken:
     """Take the lock or raise naming its holder. A connection lost in the middle is resolved by
     reading the lock back: if it names us, the first attempt took it. A lock whose holder is provably
     gone is taken over, and returned for the caller to say so.
 
     The same round trip is the first contact with the state root: its id (written once), and the
     host as its resources tell it. With `own_root` (a host's root; a Slurm cluster's is shared by its
-    login and compute nodes by design), the state root must be this machine's: one written by another
-    machine is refused, and so is one used under this boot from other ports. A second inventory name
-    reaching one root in one run is refused: the run holds its lock through the first."""
+    login and compute nodes by design), the state root must be this host's (the module's rules). A
+    second inventory name reaching a root whose lock this run holds through the first is refused by the
+    lock itself. `seen`: the command's `Seen`, for what this host shares with its other hosts (notes)."""
     who = {**who, "host": who.get("host") or transport.name}
     taken = _take(transport, base, who, own_root=own_root)
     with _holding_guard:
         _holding[(transport.name, base)] = str(who.get("run_id"))
-    try:
-        notes = _seen(transport, base, str(who.get("run_id")), taken.identity)
-    except HostError:
-        release(transport, base)  # taken a moment ago, by a name this run must not use
-        raise
+    notes = seen.add(transport.name, taken.identity) if seen is not None else ()
     return Taken(taken.stale, taken.identity, taken.notes + notes)
-
-
-def _seen(transport: Transport, base: str, run_id: str, identity: Identity | None) -> tuple[str, ...]:
-    """What this run has already seen of the host's resources under other inventory names: one root
-    (refused), one machine-id under two boot ids (clones: said), one GPU (said)."""
-    if identity is None:
-        return ()
-    name, root = transport.name, base.rsplit("/", 1)[0]
-    notes = []
-    with _holding_guard:
-        first = _roots.setdefault((run_id, identity.root_id), (name, identity))
-        others = [(n, i) for n, i in _hosts.setdefault(run_id, []) if n != name]
-        if all(n != name for n, _ in _hosts[run_id]):
-            _hosts[run_id].append((name, identity))
-    for other, theirs in others:
-        if theirs.machine_id == identity.machine_id and theirs.boot_id != identity.boot_id:
-            notes.append(
-                f"{name} and {other} share machine-id {identity.machine_id[:12]} under two boot ids: clones of one "
-                "image whose /etc/machine-id was never regenerated (told apart by boot id)"
-            )
-        for gpu in sorted(set(theirs.gpus) & set(identity.gpus)):
-            notes.append(f"GPU {gpu} is {other}'s too: their servers would share it")
-    if first[0] != name:
-        other, theirs = first
-        clones = theirs.machine_id == identity.machine_id and theirs.boot_id != identity.boot_id
-        if theirs.net_ns == identity.net_ns and theirs.process_table == identity.process_table:
-            what = "one machine under two inventory names: this run changes it through " + other
-        elif clones:
-            what = f"two clones of one image (machine-id {identity.machine_id[:12]}, two boot ids) on one shared root"
-        else:
-            what = f"a root shared with {other} but not its ports (another network namespace) or processes"
-        raise HostError(
-            f"{name}: the state root {root} is {other}'s too (root id {identity.root_id[:12]}): {what}",
-            host=name,
-            fix=f"name each machine once in the inventory, or give {name} a `root:` of its own "
-            f"(for example ~/.specctl/hosts/{name})",
-        )
-    return tuple(notes)
 
 
 def _take(transport: Transport, base: str, who: dict[str, Any], *, own_root: bool) -> Taken:
@@ -211,6 +231,9 @@ def _take(transport: Transport, base: str, who: dict[str, Any], *, own_root: boo
                 "1" if own_root else "0",
                 secrets.token_hex(16),
                 transport.name,
+                IDENTITY_FILE,
+                ROOT_ID_FILE,
+                SEEN_FILE,
             ],
             check=False,
         )
@@ -218,7 +241,9 @@ def _take(transport: Transport, base: str, who: dict[str, Any], *, own_root: boo
         pass
     lines = done.stdout.splitlines() if done is not None else []
     identity = next((i for i in map(Identity.parse, lines) if i is not None), None)
-    notes = tuple(_said(transport.name, root, line) for line in lines if line.startswith(("emptied ", "seen ")))
+    notes = tuple(
+        _said(transport.name, root, line) for line in lines if line.startswith(("emptied ", "seen ", "restarted "))
+    )
     if done is not None and done.rc == 0:
         return Taken(None, identity, notes)
     if done is not None:
@@ -256,8 +281,14 @@ def _take(transport: Transport, base: str, who: dict[str, Any], *, own_root: boo
 
 
 def _said(host: str, root: str, line: str) -> str:
-    """A note of the first contact: an empty file taken away, a root last used under another name."""
+    """A note of the first contact: an empty file taken away, a root last used under another name, or
+    by this host from another network namespace (restarted)."""
     word, _, rest = line.partition(" ")
+    if word == "restarted":
+        return (
+            f"{host} reaches its state root {root} from a new network namespace under the same boot: the same "
+            "host restarted (a container's new namespace); its root, and its releases, are taken as its own"
+        )
     if word == "emptied":
         age, _, path = rest.partition(" ")
         return (
@@ -288,6 +319,18 @@ def _refused(transport: Transport, done: Completed, root: str, lines: list[str])
             "under this same boot): a state root holds one host's releases",
             host=name,
             fix=f"give {name} a `root:` of its own in the inventory; if {other} no longer uses {root}, "
+            f"remove {root}/{SEEN_FILE}",
+        )
+    if done.rc == 12:
+        boot, since, other = next((line[6:] for line in lines if line.startswith("clone ")), "? 0 ?").split(" ", 2)
+        at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(int(since))) if since.isdigit() else "?"
+        raise HostError(
+            f"{name}: the state root {root} was written by {other} under boot id {boot[:12]} at {at}, after this "
+            "boot began, though both have one machine-id: two clones of one image (an uncleared /etc/machine-id) "
+            "on one shared root, not a reboot",
+            host=name,
+            fix=f"give {name} a `root:` of its own in the inventory, and a fresh /etc/machine-id to each clone "
+            f"(systemd-machine-id-setup); if {other} is this machine before a reboot (a clock set back), "
             f"remove {root}/{SEEN_FILE}",
         )
     if done.rc == 11:

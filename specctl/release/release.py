@@ -15,7 +15,7 @@ from typing import Any
 
 from specctl.constants import OVERLAY_DIR, RELEASE_DIR_VAR, SERVER_MARK_VAR
 from specctl.errors import HostError
-from specctl.facts.host import PROCESS_TABLE_SH
+from specctl.facts.host import PROCESS_SH, PROCESS_TABLE_SH
 from specctl.hosts.transport import Completed, Transport
 from specctl.plan.plan import NodePlan, Plan
 from specctl.plan.render import quote, render_sh
@@ -101,11 +101,15 @@ def host_root(transport: Transport, root: str | None, host: str) -> str:
 
 
 # Unpack a tar from stdin beside the release directory, then rename it into place: a release
-# directory either does not exist or is whole, and a failed unpack (a full disk) leaves nothing
-# behind. $1 = release directory.
+# directory either does not exist or is whole, and a failed unpack leaves nothing behind; a full disk
+# is said as whole.SH says it (exit 28, where and how much is free). $1 = release directory.
 _UNPACK = (
-    'tmp="$1.part.$$" && mkdir -p "$tmp" && '
-    '{ tar -x -f - -C "$tmp" && mv -T "$tmp" "$1"; } || { rc=$?; rm -rf "$tmp"; exit $rc; }'
+    whole.SH
+    + r"""
+tmp="$1.part.$$"; made "$tmp" || exit 1
+e=$(LC_ALL=C tar -x -f - -C "$tmp" 2>&1) || { rm -rf "$tmp"; full "$1" "$e"; exit 1; }
+e=$(LC_ALL=C mv -T "$tmp" "$1" 2>&1) || { rm -rf "$tmp"; full "$1" "$e"; exit 1; }
+"""
 )
 WHOLE = ("launch.sh", "profile.json", "plan.json", SUMMARY_FILE, WORKLOAD_FILE)  # what restarting and verifying need
 
@@ -158,8 +162,11 @@ def archive(files: dict[str, tuple[bytes, int] | str]) -> bytes:
 
 
 def materialize(release: Release, files: dict[str, tuple[bytes, int] | str]) -> None:
-    """Write the release directory in one transfer; it appears whole or not at all."""
-    release.transport.run(["sh", "-c", _UNPACK, "sh", release.dir], stdin=archive(files))
+    """Write the release directory in one transfer; it appears whole or not at all (a full disk: "no
+    space left on HOST at PATH (N MB free)")."""
+    done = release.transport.run(["sh", "-c", _UNPACK, "sh", release.dir], stdin=archive(files), check=False)
+    if done.rc != 0:
+        whole.raise_for(release.transport, done, f"write release {release.run_id} to {release.dir}")
 
 
 def missing_files(release: Release) -> list[str]:
@@ -178,10 +185,13 @@ def missing_files(release: Release) -> list[str]:
     return ["the release directory" if line == "." else line for line in done.stdout.splitlines()]
 
 
-# $1 link target, $2 temporary link, $3 the link; $4 (optional) a start-up time to record first, $5 where.
+# $1 link target, $2 temporary link, $3 the link; $4 (optional) a start-up time to record first, whole, $5 where.
 _SWITCH = (
-    'if [ -n "${4:-}" ]; then printf \'{"startup_s": %s}\\n\' "$4" >"$5.tmp" && mv -f "$5.tmp" "$5" || exit 1; fi; '
-    'ln -sfn "$1" "$2" && mv -Tf "$2" "$3"'
+    whole.SH
+    + r"""
+if [ -n "${4:-}" ]; then printf '{"startup_s": %s}\n' "$4" | whole "$5" move || exit; fi
+ln -sfn "$1" "$2" && mv -Tf "$2" "$3"
+"""
 )
 
 
@@ -190,9 +200,10 @@ def switch(release: Release, link: str = "current", *, startup_s: float | None =
     `startup_s`, the release's start-up time is recorded first, in the same round trip."""
     tmp = f"{release.base}/.{link}.{secrets.token_hex(4)}"
     record = [f"{startup_s:.2f}", release.path(STARTUP_FILE)] if startup_s is not None else []
-    release.transport.run(
-        ["sh", "-c", _SWITCH, "sh", f"releases/{release.run_id}", tmp, f"{release.base}/{link}", *record], retry=True
-    )
+    argv = ["sh", "-c", _SWITCH, "sh", f"releases/{release.run_id}", tmp, f"{release.base}/{link}", *record]
+    done = release.transport.run(argv, retry=True, check=False)
+    if done.rc != 0:
+        whole.raise_for(release.transport, done, f"point {link} at release {release.run_id}")
 
 
 def unlink(transport: Transport, base: str, link: str = "current") -> None:
@@ -222,6 +233,7 @@ def mark(table: str, release_dir: str) -> str:
 # environment) is the host's process table (`mark`) and the release directory.
 _START = (
     whole.SH
+    + PROCESS_SH
     + f'mark="{mark(PROCESS_TABLE_SH, "$1")}"; export {SERVER_MARK_VAR}="$mark"\n'
     + r"""
 dir=$1; base=$2; id=$3; confirm_s=$4; watchdog=$6
@@ -230,7 +242,7 @@ setsid sh launch.sh >>server.log 2>&1 </dev/null &
 pid=$!
 # what proves the server ours and bounds its life, written whole; unwritten (a full disk), it is stopped
 untracked() { r=$?; kill -TERM "-$pid" 2>/dev/null; exit $r; }
-s=$(cat "/proc/$pid/stat") && s=${s##*) } && echo "$s" | cut -d' ' -f20 | whole "$dir/server.start" move || untracked
+start_of "$pid" | whole "$dir/server.start" move || untracked
 printf '%s\n' "$pid" | whole "$dir/server.pid" move || untracked
 until=$(( $(date +%s) + confirm_s ))
 printf '%s\n' "$until" | whole "$dir/confirm-by" move || untracked
@@ -338,6 +350,7 @@ alive_group() {
 # said. $1 = the profile's directory, $2 = the host's name.
 _FIND = (
     _ALIVE
+    + PROCESS_SH
     + f'table="{PROCESS_TABLE_SH}"\n'
     + r"""
 # Whether live pid $1, which release directory $2's pid file names, is the server host $3 started
@@ -346,8 +359,7 @@ _FIND = (
 started_here() {
   env=$(tr '\0' '\n' <"/proc/$1/environ" 2>/dev/null) || return 1
   if [ -f "$2/server.start" ]; then
-    s=$(cat "/proc/$1/stat" 2>/dev/null) || return 1
-    s=${s##*) }; [ "$(echo "$s" | cut -d' ' -f20)" = "$(cat "$2/server.start" 2>/dev/null)" ] || return 1
+    running "$1" "$(cat "$2/server.start" 2>/dev/null)" || return 1
     printf '%s\n' "$env" | grep -qxF -e "SPECCTL_SERVER=$table $2" -e "SPECCTL_SERVER=$3 $2"
   else
     printf '%s\n' "$env" | grep -q '^SPECCTL_SERVER=' && return 1

@@ -50,6 +50,7 @@ from specctl.plan.sbatch import (
 from specctl.profile.inventory import SlurmCluster
 from specctl.profile.profile import Profile
 from specctl.release import release as rel
+from specctl.release import whole
 from specctl.release.platform import Files, Observation, Platform
 from specctl.release.staging import host_env
 
@@ -154,23 +155,27 @@ echo "still running after scancel: $*" >&2; exit 1
 # job. Before sbatch runs, the process that becomes it records its pid, start time and this
 # submission's comment in `submit.pid`, and sbatch answers into `submit.out`, not into the connection:
 # should the reply be lost, what the first sbatch did is read there once that pid is gone (_AWAIT).
-# $1 = release dir, $2 = the secrets' names, $3 = this submission's comment, then sbatch's arguments.
+# `submit.pid` and `job-id` are written whole (release/whole.py; the process that becomes sbatch is
+# handed its functions as $1). $1 = release dir, $2 = the secrets' names, $3 = this submission's
+# comment, then sbatch's arguments.
 _SUBMIT = (
     _CLEAN
+    + f"W={shlex.quote(whole.SH + host_facts.PROCESS_SH)}\n"
+    + whole.SH
     + r"""
 cd "$1" && shift && for v in $1; do unset "$v"; done && shift || exit 1
 comment=$1; shift
 rm -f head-address allocation-facts.txt job-id submit.out submit.err || exit 1
-sh -c '
-s=$(cat "/proc/$$/stat" 2>/dev/null) && s=${s##*) } && s=$(echo "$s" | cut -d" " -f20) || s=-
-printf "%s %s %s\n" "$$" "${s:--}" "$1" >submit.pid.tmp && mv -f submit.pid.tmp submit.pid || exit 1
-shift; exec sbatch --parsable "$@" >submit.out 2>submit.err' sh "$comment" --comment="$comment" "$@"
+sh -c 'eval "$1"; shift
+at=$(start_of $$) || at=-
+printf "%s %s %s\n" "$$" "${at:--}" "$1" | whole "$PWD/submit.pid" move || exit
+shift; exec sbatch --parsable "$@" >submit.out 2>submit.err' sh "$W" "$comment" --comment="$comment" "$@"
 rc=$?
 cat submit.err >&2 2>/dev/null
 [ $rc -eq 0 ] || exit $rc
 out=$(cat submit.out) || exit 1
 printf '%s\n' "$out"
-printf '%s\n' "${out%%;*}" >job-id.tmp && mv -f job-id.tmp job-id
+printf '%s\n' "${out%%;*}" | whole "$PWD/job-id" move
 """
 )
 # After a lost reply: wait (bounded) until the sbatch that `submit.pid` names for this submission is
@@ -181,17 +186,9 @@ printf '%s\n' "${out%%;*}" >job-id.tmp && mv -f job-id.tmp job-id
 # $1 = release dir, $2 = the comment, $3 = tenths of seconds to wait.
 _AWAIT = (
     _CLEAN
+    + whole.SH
+    + host_facts.PROCESS_SH
     + r"""
-running() {
-  if [ -r "/proc/$1/stat" ]; then
-    s=$(cat "/proc/$1/stat" 2>/dev/null) || return 1
-    s=${s##*) }
-    [ "$(echo "$s" | cut -d' ' -f1)" != Z ] || return 1
-    [ "$2" = - ] || [ "$(echo "$s" | cut -d' ' -f20)" = "$2" ]
-  elif [ -d /proc/self ]; then return 1
-  else kill -0 "$1" 2>/dev/null
-  fi
-}
 pid=; start=; comment=
 read -r pid start comment <"$1/submit.pid" 2>/dev/null
 if [ "$comment" = "$2" ] && [ -n "$pid" ]; then
@@ -209,7 +206,7 @@ case $id in ''|*[!0-9]*)
   out=$(squeue --me -h -t all -o '%i|%k') || exit 3
   id=$(printf '%s\n' "$out" | while IFS='|' read -r i k; do [ "$k" = "$2" ] && echo "$i"; done | head -n 1);;
 esac
-[ -z "$id" ] || { printf '%s\n' "$id" >"$1/job-id.tmp" && mv -f "$1/job-id.tmp" "$1/job-id"; }
+[ -z "$id" ] || printf '%s\n' "$id" | whole "$1/job-id" move || exit
 echo "$id"
 """
 )
@@ -422,6 +419,8 @@ class SlurmPlatform:
                 host=self.transport.name,
                 fix="check the connection to the login node, then deploy again",
             )
+        if (full := whole.no_space(self.transport, done)) is not None:
+            raise full  # submit.pid or job-id could not be written: sbatch was not asked, or its id is not kept
         first = done.stdout.strip().split(";")[0]
         if done.rc != 0 or not first.isdigit():
             raise HostError(

@@ -6,7 +6,8 @@ and is said as such ("no space left on HOST at PATH (N MB free)", exit 3), where
 the final name would leave an empty file that reads as a foreign identity or an unreadable lock.
 
 `SH` is the shell the host runs (functions `whole` and `made`, for scripts that write several files in
-one round trip); `put` is one file in one round trip.
+one round trip, or a file beside other work); `put` is one file in one round trip, and the only
+whole-file writer (`Transport.put` is this one).
 """
 
 from __future__ import annotations
@@ -20,11 +21,13 @@ EXISTS = 17  # `whole ... link` found the name taken (EEXIST)
 NO_SPACE = 28  # the disk (or the user's quota) is full (ENOSPC); stderr's last line says where
 
 # `whole PATH HOW` writes stdin to PATH: HOW `link` only if PATH is absent (returns 17 if it is), `move`
-# replacing it. The temporary file is synced (`sync FILE`, coreutils 8.24+; else everything) before it
-# takes the name; the commands' messages are read in the C locale (set on each command, not exported: a
-# script may start a server). Uses the variables d, e, r, t. A disk found full exits 28 printing
-# "specctl-no-space FREE_KB PATH" on stderr, the temporary file removed. `made DIR` is `mkdir -p`
-# with the same word for a full disk.
+# replacing it. The temporary file alone is synced (`sync FILE`, coreutils 8.24+; older coreutils, EL7's
+# 8.22, and BusyBox: `dd conv=fsync` of nothing onto it; never a global `sync`, which would flush every
+# dirty page of the host, gigabytes while a stage writes weights, for each lock or record) before it
+# takes the name (`synced FILE`); the commands' messages are read in the C locale (set on each command,
+# not exported: a script may start a server). Uses the variables d, e, r, t. A disk found full exits 28
+# printing "specctl-no-space FREE_KB PATH" on stderr, the temporary file removed. `made DIR` is
+# `mkdir -p` with the same word for a full disk.
 SH = r"""
 full() {
   case $2 in *"No space left"*|*"Disk quota exceeded"*) ;; *) [ -z "$2" ] || printf '%s\n' "$2" >&2; return 0;; esac
@@ -37,10 +40,11 @@ made() {
   e=$(LC_ALL=C mkdir -p "$1" 2>&1) && return 0
   full "$1" "$e"; return 1
 }
+synced() { LC_ALL=C sync "$1" 2>/dev/null || LC_ALL=C dd if=/dev/null of="$1" conv=notrunc,fsync 2>/dev/null; }
 whole() {
   made "${1%/*}" || return 1
   t="${1%/*}/.${1##*/}.tmp.$$"
-  e=$( { LC_ALL=C cat >"$t" && { LC_ALL=C sync "$t" 2>/dev/null || sync; }; } 2>&1 ) || {
+  e=$( { LC_ALL=C cat >"$t" && synced "$t"; } 2>&1 ) || {
     rm -f "$t"; full "$1" "$e"; return 1
   }
   if [ "$2" = link ]; then
@@ -63,24 +67,13 @@ exit $rc
 )
 
 
-def put(
-    transport: Transport,
-    path: str,
-    data: bytes,
-    *,
-    exclusive: bool = False,
-    mode: int = 0o644,
-    then: Sequence[str] = (),
-) -> bool:
-    """Write `path` whole; with `exclusive`, only if it does not exist (False when it does). `then`:
-    a command run in the same round trip after the write, whether or not it succeeded."""
-    argv = ["sh", "-c", _PUT, "sh", path, "link" if exclusive else "move", format(mode, "o"), *then]
+def put(transport: Transport, path: str, data: bytes, *, mode: int = 0o644, then: Sequence[str] = ()) -> None:
+    """Write `path` whole (its directory made when missing), replacing it. `then`: a command run in the
+    same round trip after the write, whether or not it succeeded (the write's failure is still raised)."""
+    argv = ["sh", "-c", _PUT, "sh", path, "move", format(mode, "o"), *then]
     done = transport.run(argv, stdin=data, check=False, retry=True)
-    if exclusive and done.rc == EXISTS:
-        return False
     if done.rc != 0:
         raise_for(transport, done, f"write {path}")
-    return True
 
 
 def raise_for(transport: Transport, done: Completed, what: str) -> None:

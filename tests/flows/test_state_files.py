@@ -57,3 +57,23 @@ def test_unlock_removes_an_empty_lock_and_a_young_one_is_refused_as_empty(cli: A
     unlocked = cli("unlock", one, "--hosts", "h1")
     assert unlocked.code == 0, unlocked.stdout + unlocked.stderr
     assert not lock.exists()
+
+
+def test_stop_says_what_taking_the_lock_found(tmp_path: Path) -> None:
+    """`stop` took the lock through `lock.acquire`, which threw its notes away: an empty lock taken over,
+    or a root last used under another name, went unsaid. They reach its `on_note` now."""
+    from specctl.flows import servers
+    from specctl.hosts.inventory import HostSpec
+
+    base = tmp_path / "root" / NAME
+    base.mkdir(parents=True)
+    (base / "lock").write_bytes(b"")
+    then = time.time() - 120
+    os.utime(base / "lock", (then, then))
+    said: list[tuple[str, str]] = []
+    host = HostSpec("local", str(tmp_path / "root"), None, None, {})
+    result = servers.stop(
+        servers.Reach(), NAME, [host], command="specctl stop", on_note=lambda h, t: said.append((h, t))
+    )
+    assert result == {"local": []} and not (base / "lock").exists()
+    assert [h for h, t in said if "took over the empty lock file" in t] == ["local"], said

@@ -78,6 +78,26 @@ def test_env_file_is_safe_to_source(tmp_path: Path) -> None:
     assert not marker.exists()
 
 
+def test_a_disk_that_fills_while_a_release_unpacks_is_said(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A full disk under the unpack read as tar's own exit ("`sh -c ...` exited 2"): now as every whole
+    write says it, host, path and what is free, and nothing is left behind. tar here is a stand-in
+    that writes one file, then fails as GNU tar does on ENOSPC."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    tar = bin_dir / "tar"
+    tar.write_text(
+        '#!/bin/sh\ncat >/dev/null; touch "$5/launch.sh"\n'
+        'echo "tar: profile.json: Cannot write: No space left on device" >&2; exit 2\n'
+    )
+    tar.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    r = rel.Release(local_transport("h1"), str(tmp_path / "root"), "p", "run1")
+    with pytest.raises(HostError, match=rf"^no space left on h1 at {r.dir} \([0-9.]+ MB free\)$") as e:
+        rel.materialize(r, {"launch.sh": (b"true\n", 0o755), "profile.json": (b"{}", 0o644)})
+    assert e.value.host == "h1" and "nothing was left half-written" in str(e.value.fix)
+    assert list((tmp_path / "root" / "p" / "releases").iterdir()) == []
+
+
 def test_a_failed_unpack_leaves_no_part_and_sweep_removes_old_ones(tmp_path: Path) -> None:
     t = local_transport()
     r = rel.Release(t, str(tmp_path), "p", "run1")
