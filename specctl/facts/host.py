@@ -9,19 +9,48 @@ from typing import Any
 
 from specctl.hosts.transport import Completed, Transport
 
+# Whether the server could bind its port now, as it binds it (a name resolved, v6 as v6, SO_REUSEADDR:
+# TIME_WAIT leftovers do not count): `PYTHON -c PORT_PY ... PORT ADDRESS` (the last two arguments;
+# ADDRESS engine.host, "": every interface). Prints `port_free=yes`, or `port_free=no CAUSE` where CAUSE
+# names the error: EADDRINUSE, EADDRNOTAVAIL (not an address of this host), EAI_* (does not resolve).
+PORT_PY = r"""
+import errno, socket, sys
+port, addr = sys.argv[-2], sys.argv[-1] or "0.0.0.0"
+try:
+    family = socket.getaddrinfo(addr, None, 0, socket.SOCK_STREAM)[0][0]
+    s = socket.socket(family)
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    s.bind((addr, int(port)))
+    s.close()
+    print("port_free=yes")
+except socket.gaierror as exc:
+    names = {getattr(socket, n): n for n in dir(socket) if n.startswith("EAI_")}
+    print("port_free=no " + names.get(exc.errno, "EAI"))
+except OSError as exc:
+    print("port_free=no " + errno.errorcode.get(exc.errno or 0, type(exc).__name__))
+"""
+
+# The free space of the filesystem that holds the state root ($root; it need not exist yet: its
+# nearest existing parent), in KiB: `disk_free_kib=N`. Read by the facts and again by the proof.
+ROOM_SH = r"""
+p="$root"; while [ ! -e "$p" ]; do p=$(dirname "$p"); done
+df -Pk "$p" | awk 'NR==2 {print "disk_free_kib=" $4}'
+"""
+
 # $1 python, $2 state root, $3 port, $4 engine distribution, $5 the address the server binds
-# (engine.host; none: every interface). Prints one JSON object per fact line.
-_FACTS = r"""
+# (engine.host; none: every interface). Prints one `key=value` line per fact.
+_FACTS = (
+    r"""
 py="$1"; root="$2"; port="$3"; dist="$4"; addr="${5:-}"
 if command -v nvidia-smi >/dev/null 2>&1; then
   nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader,nounits 2>/dev/null | sed 's/^/gpu=/'
   nvidia-smi 2>/dev/null | sed -n 's/.*CUDA Version: *\([0-9.]*\).*/cuda=\1/p' | head -n 1
 fi
-p="$root"; while [ ! -e "$p" ]; do p=$(dirname "$p"); done
-df -Pk "$p" | awk 'NR==2 {print "disk_free_kib=" $4}'
-limit=""; command -v timeout >/dev/null 2>&1 && limit="timeout 15"  # an interpreter that hangs is no answer
-$limit "$py" - "$port" "$dist" "$addr" <<'PY' 2>/dev/null || echo "python=missing"
-import os, socket, sys
+"""
+    + ROOM_SH.lstrip("\n")
+    + r"""limit=""; command -v timeout >/dev/null 2>&1 && limit="timeout 15"  # an interpreter that hangs: no answer
+$limit "$py" - "$dist" "$port" "$addr" <<'PY' 2>/dev/null || echo "python=missing"
+import os, sys
 print("python=" + sys.version.split()[0])  # what platform.python_version() says, without importing it
 
 
@@ -67,22 +96,14 @@ def engine_version(dist):
 
 
 try:
-    print("engine=" + engine_version(sys.argv[2]))
+    print("engine=" + engine_version(sys.argv[1]))
 except Exception:  # importlib.metadata.PackageNotFoundError, or metadata it cannot read
     print("engine=missing")
-addr = sys.argv[3] if len(sys.argv) > 3 else ""
-if not addr.strip("0."):  # the IPv4 wildcard (written once: a fast-tier host rewrites it to its own address)
-    addr = "0.0.0.0"
-try:  # the address the server will bind (engine.host), as it binds it: a name is resolved, v6 is v6
-    family = socket.getaddrinfo(addr, None, 0, socket.SOCK_STREAM)[0][0]
-    s = socket.socket(family)
-    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as servers bind: TIME_WAIT leftovers do not count
-    s.bind((addr, int(sys.argv[1])))
-    print("port_free=yes")
-except OSError:
-    print("port_free=no")
-PY
 """
+    + PORT_PY
+    + """PY
+"""
+)
 
 
 @dataclass(frozen=True)
@@ -97,9 +118,19 @@ class HostFacts:
     disk_free_gib: float | None
     port: int
     port_free: bool | None
+    port_error: str | None = None  # why the port would not bind (an errno name, EAI_*: the address did not resolve)
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        facts = asdict(self)
+        if self.port_error is None:  # a free port's record stays as it was
+            del facts["port_error"]
+        return facts
+
+    @property
+    def port_taken(self) -> bool:
+        """The port is bound by another socket (not: the address is wrong); a host that said only
+        `no` is taken at its word."""
+        return self.port_free is False and self.port_error in (None, "EADDRINUSE")
 
 
 def command(*, python: str, root: str, port: int, distribution: str, address: str = "") -> list[str]:
@@ -138,6 +169,7 @@ def read(host: str, port: int, done: Completed) -> HostFacts:
         else:
             values[key] = value.strip()
     free = values.get("disk_free_kib")
+    port_free, _, port_error = values.get("port_free", "").partition(" ")
     return HostFacts(
         host,
         tuple(gpus),
@@ -146,7 +178,30 @@ def read(host: str, port: int, done: Completed) -> HostFacts:
         None if values.get("engine") in (None, "missing") else values["engine"],
         round(int(free) / 1024**2, 2) if free and free.isdigit() else None,
         port,
-        {"yes": True, "no": False}.get(values.get("port_free", "")),
+        {"yes": True, "no": False}.get(port_free),
+        port_error.strip() or None,
+    )
+
+
+def port_refusal(port: int, address: str, error: str | None) -> tuple[str, str]:
+    """What a port that would not bind means, and what to do: the address is not this host's, does
+    not resolve, or the port is taken (`error`: the errno name the check printed)."""
+    where = address or "0.0.0.0"
+    if error == "EADDRNOTAVAIL":
+        return (
+            f"engine.host {address} is not an address of this host",
+            "set engine.host to one of the host's addresses (or leave it out: every interface)",
+        )
+    if error is not None and error.startswith("EAI"):
+        return (
+            f"engine.host {address} does not resolve on this host ({error})",
+            "set engine.host to an address, or a name the host resolves",
+        )
+    if error in (None, "EADDRINUSE"):
+        return f"port {port} is in use on {where}", "free the port, or set engine.port (or engine.host) to another one"
+    return (
+        f"port {port} cannot be bound on {where} ({error})",
+        "set engine.port to one the server's user may bind (1024 and up)",
     )
 
 

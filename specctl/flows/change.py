@@ -41,6 +41,7 @@ from specctl.plan.host_checks import check_host
 from specctl.profile.profile import Profile
 from specctl.release import release as rel
 from specctl.release import staging
+from specctl.release.documents import read_release
 from specctl.release.readiness import wait_ready
 from specctl.release.record import Life
 
@@ -231,13 +232,10 @@ def preflight(c: Change) -> None:
         _same_engine(c)
     if s.platform.on_host:
         _judge_facts(c)
-        if c.facts.port_free is False and not _ours_hold_the_port(c):
-            raise HostError(
-                f"{s.name}: port {c.port} is in use on {c.address or '0.0.0.0'} by something other than "
-                f"{s.profile}'s servers",
-                host=s.name,
-                fix="nothing was stopped; free the port, or set engine.port (or engine.host) to another one",
-            )
+        if c.facts.port_free is False and not (c.facts.port_taken and _ours_hold_the_port(c)):
+            said, fix = host_facts.port_refusal(c.port, c.address, c.facts.port_error)
+            by = f" by something other than {s.profile}'s servers" if c.facts.port_taken else ""
+            raise HostError(f"{s.name}: {said}{by}", host=s.name, fix=f"nothing was stopped; {fix}")
 
 
 def _judge_facts(c: Change) -> None:
@@ -290,8 +288,17 @@ def prove(c: Change) -> None:
     found = proving.unset_secrets(c.secrets, s.ctx.secrets_env)
     if s.platform.on_host and c.engine is not None and c.profile is not None:
         pinned = c.profile.engine.version if c.engine.pins_installed_version() else ""
-        c.proof = proving.run(s.transport, c.engine, release_dir=c.release.dir, root=s.root, pinned=pinned)
-        found += proving.problems(c.proof, python=c.python, engine_name=c.engine.name)
+        c.proof = proving.run(
+            s.transport,
+            c.engine,
+            release_dir=c.release.dir,
+            root=s.root,
+            pinned=pinned,
+            reads=proving.inputs(_release_plan(c), c.profile),
+            port=None if _ours_hold_the_port(c) else c.port,  # a server of the profile: the stop frees it
+            address=c.address,
+        )
+        found += proving.problems(c.proof, python=c.python, engine_name=c.engine.name, port=c.port, address=c.address)
         strangers = proving.strangers_on_gpus(c.proof, set(c.running.values()))
         if strangers:
             s.note(f"warning: the GPUs run {', '.join(strangers)}, none of them a server of {s.profile}")
@@ -310,6 +317,15 @@ def prove(c: Change) -> None:
     if c.proven_everywhere is not None:
         s.progress("proven: waiting for the other hosts to be proven before anything stops")
         c.proven_everywhere()
+
+
+def _release_plan(c: Change) -> dict[str, Any]:
+    """The release's plan as written in it (read once per command for the session's profile; a
+    baseline's release is another profile's)."""
+    s = c.session
+    if c.release.profile == s.profile:
+        return s.docs(c.release.run_id).plan
+    return read_release(c.release).plan
 
 
 def stage(c: Change) -> None:
@@ -413,11 +429,9 @@ def start(c: Change) -> Undo | None:
             s.transport, python=c.python, root=s.root, port=c.port, distribution=c.distribution, address=c.address
         )
         if again.port_free is False:
-            raise HostError(
-                f"{s.name}: port {c.port} is in use by something other than {s.profile}",
-                host=s.name,
-                fix="free the port, or set engine.port to another one",
-            )
+            said, fix = host_facts.port_refusal(c.port, c.address, again.port_error)
+            by = f" by something other than {s.profile}" if again.port_taken else ""
+            raise HostError(f"{s.name}: {said}{by}", host=s.name, fix=fix)
     if not s.platform.on_host:
         s.progress("submitting the job")
     c.release.update_record(life="pending")  # before the start: a write lost with the host leaves nothing started

@@ -36,6 +36,22 @@ from typing import Any
 
 STUB = Path(__file__).with_name("_engine_stub.py")
 MARKER = "# specctl test double: stand-in engine interpreter"
+# A fake host's interpreter (the stand-in, SPECCTL_FAKE_HOST_ADDRESS set): the wildcard address is that
+# host's own, so each fake host has ports of its own while all share this machine's.
+FAKE_HOST_SITE = """import os
+import socket
+
+_ADDRESS = os.environ.get("SPECCTL_FAKE_HOST_ADDRESS")
+if _ADDRESS:
+    _bind = socket.socket.bind
+
+    def _bind_here(self, address):
+        if isinstance(address, tuple) and address[:1] in (("0.0.0.0",), ("",)):
+            address = (_ADDRESS, *address[1:])
+        return _bind(self, address)
+
+    socket.socket.bind = _bind_here
+"""
 SERVER_MODULE = "specctl.engines.reference"
 _counter = itertools.count()
 
@@ -512,9 +528,13 @@ class FakeEngine:
 
     def write_stand_in(self, path: Path) -> Path:
         """A sh script that is `sys.executable` for everything but the engine's launch; on a fake host
-        (SPECCTL_FAKE_HOST_ADDRESS set by its transport), a script read from stdin that binds the
-        wildcard address binds that host's own address (the port fact: each host has its own ports)."""
+        (SPECCTL_FAKE_HOST_ADDRESS set by its transport), a socket bound to the wildcard address binds
+        that host's own address instead (the port fact and the proof's port check: each host has its
+        own ports), by a `sitecustomize` on the interpreter's path."""
         path.parent.mkdir(parents=True, exist_ok=True)
+        site = path.parent / f"{path.name}-site"
+        site.mkdir(exist_ok=True)
+        (site / "sitecustomize.py").write_text(FAKE_HOST_SITE)
         real = sys.executable
         path.write_text(
             "#!/bin/sh\n"
@@ -522,8 +542,8 @@ class FakeEngine:
             f'if [ "${{1:-}}" = -m ] && [ "${{2:-}}" = {SERVER_MODULE} ]; then\n'
             f'  shift 2; exec {_q(real)} -S -I {_q(str(STUB))} {_q(self.address)} "$@"\n'
             "fi\n"
-            'if [ "${1:-}" = - ] && [ -n "${SPECCTL_FAKE_HOST_ADDRESS:-}" ]; then\n'
-            f'  sed "s/\\"0\\.0\\.0\\.0\\"/\\"$SPECCTL_FAKE_HOST_ADDRESS\\"/" | exec {_q(real)} "$@"\n'
+            'if [ -n "${SPECCTL_FAKE_HOST_ADDRESS:-}" ]; then\n'
+            f"  PYTHONPATH={_q(str(site))}${{PYTHONPATH:+:$PYTHONPATH}}; export PYTHONPATH\n"
             "fi\n"
             f'exec {_q(real)} "$@"\n'
         )
