@@ -152,6 +152,14 @@ def test_a_full_disk_leaves_no_empty_file_and_is_said(
         serving = cli(*deploy, *common)
         assert serving.code == 0, serving.stdout + serving.stderr
         empties = t.run(empty).stdout.split()  # a release's own (an empty `env`)
+        slack = 'head -c 12288 /dev/zero >"$1/slack"; dd if=/dev/zero of="$1/filler" bs=64k 2>/dev/null; rm "$1/slack"'
+        t.run(["sh", "-c", slack, "sh", str(full)])  # 12 KiB left: the lock fits, the release does not
+        unpacked = cli(*deploy, *common)  # the disk fills while the release unpacks (materialize)
+        assert unpacked.code == 3, unpacked.stdout + unpacked.stderr
+        [row] = unpacked.json()["hosts"]
+        assert f"no space left on h2 at {full}/{NAME}/releases/" in row["detail"] and " MB free)" in row["detail"], row
+        assert ".part." not in t.run(["ls", f"{full}/{NAME}/releases"]).stdout
+        t.run(["rm", "-f", f"{full}/filler"])
         t.run(fill)
         later = cli(*deploy, *common)
         assert later.code == 3, later.stdout + later.stderr
@@ -184,8 +192,10 @@ def test_one_host_under_two_inventory_names_and_one_root(
         both = cli(*deploy, "--hosts", "a,b", *common)
         assert both.code == 3 and "Directory not empty" not in both.stdout + both.stderr, both.stdout + both.stderr
         rows = {r["host"]: r for r in both.json()["hosts"]}
-        refused = [r for r in rows.values() if "one machine under two inventory names" in (r.get("detail") or "")]
-        assert len(refused) == 1, rows
+        refused = [  # the other row says its host stopped nothing because of this one (the fleet's proof gate)
+            h for h, r in rows.items() if f"{h}: the state root" in (r.get("detail") or "")[: len(h) + 20]
+        ]
+        assert len(refused) == 1 and "one machine under two inventory names" in rows[refused[0]]["detail"], rows
         first = cli(*deploy, "--hosts", "a", *common)
         assert first.code == 0, first.stdout + first.stderr
         serving = first.json()["hosts"][0]["release"]
