@@ -285,29 +285,27 @@ def prove(c: Change) -> None:
     """The release proven as it will start, before anything stops (flows/prove.py): the engine and
     its parser, the launch's paths, the root's room, the GPUs, the secrets. A failure names its checks."""
     s = c.session
-    found = proving.unset_secrets(c.secrets, s.ctx.secrets_env)
-    if s.platform.on_host and c.engine is not None and c.profile is not None:
-        pinned = c.profile.engine.version if c.engine.pins_installed_version() else ""
-        c.proof = proving.run(
+    if c.engine is None or c.profile is None:  # nothing to prove it against but the secrets and the platform
+        start = [proving.Problem("start", said, "see the refusal") for said in s.platform.prove_start(c.release)]
+        found = proving.unset_secrets(c.secrets, s.ctx.secrets_env) + start
+    else:
+        c.proof, found = proving.prove_host(
             s.transport,
-            c.engine,
+            engine=c.engine,
+            profile=c.profile,
+            plan=_release_plan(c) if s.platform.on_host else {},
             release_dir=c.release.dir,
             root=s.root,
-            pinned=pinned,
-            reads=proving.inputs(_release_plan(c), c.profile),
-            port=None if _ours_hold_the_port(c) else c.port,  # a server of the profile: the stop frees it
-            address=c.address,
+            secrets_env=s.ctx.secrets_env,
+            on_host=s.platform.on_host,
+            prove_start=lambda: s.platform.prove_start(c.release),
+            port_held=_ours_hold_the_port(c),  # a server of the profile: the stop frees it
         )
-        found += proving.problems(c.proof, python=c.python, engine_name=c.engine.name, port=c.port, address=c.address)
+    if c.proof is not None:
         strangers = proving.strangers_on_gpus(c.proof, set(c.running.values()))
         if strangers:
             s.note(f"warning: the GPUs run {', '.join(strangers)}, none of them a server of {s.profile}")
         s.ctx.on_event(s.name, {"event": "proved", **c.proof.to_dict()})
-    # whatever places the server asked as it will be asked (a scheduler's dry run of the job)
-    found += [
-        proving.Problem("start", said, f"fix what {s.name}'s inventory entry asks for (the refusal names it)")
-        for said in s.platform.prove_start(c.release)
-    ]
     if found:
         raise HostError(
             f"{s.name}: release {c.release.run_id} not proven: " + "; ".join(f"{p.check}: {p.message}" for p in found),

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,6 +23,8 @@ from specctl.constants import RELEASE_DIR_VAR
 from specctl.engines.base import Engine
 from specctl.facts import host as host_facts
 from specctl.hosts.transport import Transport
+from specctl.plan.findings import Severity
+from specctl.plan.host_checks import check_host
 from specctl.profile.profile import Profile, is_local_path
 
 ROOM_MARGIN_MIB = 16  # free space the state root must keep past the release: its server log and records
@@ -318,3 +320,55 @@ def unset_secrets(names: Sequence[str], env: Mapping[str, str]) -> list[Problem]
         for name in names
         if name not in env
     ]
+
+
+def prove_host(
+    transport: Transport,
+    *,
+    engine: Engine,
+    profile: Profile,
+    plan: Mapping[str, Any],
+    release_dir: str,
+    root: str,
+    secrets_env: Mapping[str, str],
+    on_host: bool,
+    prove_start: Callable[[], Sequence[str]],
+    port_held: bool = False,
+    facts: host_facts.HostFacts | None = None,
+    launch: str = "",
+) -> tuple[Proof | None, list[Problem]]:
+    """The one proof of a release on one host, for a deploy's and a rollback's `prove` step and for
+    `deploy --dry-run` alike: the secrets set; `facts` judged against the profile where the caller
+    has not judged them already (plan/host_checks.py); on a host that runs the server itself, the
+    proof command (`run`: the release's own launch, or `launch`'s text for a release not yet written;
+    the port tried unless `port_held`: a server of the profile holds it, and the stop frees it);
+    whatever places the server asked as it will be asked (`prove_start`: a scheduler's dry run of the
+    job). The proof is None where no command ran; the problems are empty when the release is proven."""
+    found = unset_secrets(profile.secrets, secrets_env)
+    if facts is not None:
+        found += [
+            Problem(f.code, f.message.removeprefix(transport.name + ": "), f.fix)
+            for f in check_host(profile, facts.to_dict(), engine)
+            if f.severity is Severity.ERROR
+        ]
+    proof = None
+    if on_host:
+        pinned = profile.engine.version if engine.pins_installed_version() else ""
+        port, address = profile.engine.port, profile.engine.host
+        proof = run(
+            transport,
+            engine,
+            release_dir=release_dir,
+            root=root,
+            pinned=pinned,
+            reads=inputs(plan, profile),
+            port=None if port_held else port,
+            address=address,
+            launch=launch,
+        )
+        found += problems(proof, python=profile.engine.python, engine_name=engine.name, port=port, address=address)
+    found += [
+        Problem("start", said, f"fix what {transport.name}'s inventory entry asks for (the refusal names it)")
+        for said in prove_start()
+    ]
+    return proof, found

@@ -227,33 +227,39 @@ def _prove(
     *,
     on_host: bool,
     refused: Sequence[str] = (),
+    current: str | None = None,
 ) -> dict[str, Any]:
-    """The deploy's `prove` as a dry run: the launch script as it would be written, run on the host
-    with its `exec` replaced (flows/prove.py); paths inside the release to be written are not asked.
-    `refused`: what the platform's own dry run of the start refused (`_prove_start`)."""
+    """The deploy's `prove` as a dry run, by the same driver (flows/prove.py `prove_host`): the host's
+    facts judged against the profile (as the deploy's preflight judges them), the launch script as it
+    would be written run on the host with its `exec` replaced (paths inside the release to be written
+    are not asked), the port tried unless `current`'s release says it serves on it (its stop frees
+    it), and `refused`: what the platform's own dry run of the start refused (`_prove_start`)."""
     from specctl.flows import prove as proving
     from specctl.plan.render import render_sh
 
-    found = proving.unset_secrets(p.secrets, secrets_env)
-    shown: dict[str, Any] = {}
+    facts, held = None, False
     if on_host:
-        node = the_plan.nodes[min(rank, len(the_plan.nodes) - 1)]
-        proof = proving.run(
-            t,
-            engine,
-            release_dir=f"{root}/{p.metadata.name}/releases/{rel.new_run_id()}",
-            root=root,
-            pinned=p.engine.version if engine.pins_installed_version() else "",
-            launch=render_sh(the_plan, node),
+        port = p.engine.port
+        facts = host_facts.gather(
+            t, python=p.engine.python, root=root, port=port, distribution=engine.distribution(), address=p.engine.host
         )
-        found += proving.problems(proof, python=p.engine.python, engine_name=engine.name)
-        shown = proof.to_dict()
-    found += [  # as the deploy's prove words it (flows/change.py)
-        proving.Problem("start", said, f"fix what {t.name}'s inventory entry asks for (the refusal names it)")
-        for said in refused
-    ]
+        held = current is not None and rel.port(rel.Release(t, root, p.metadata.name, current)) in (port, None)
+    proof, found = proving.prove_host(
+        t,
+        engine=engine,
+        profile=p,
+        plan=the_plan.to_dict(),
+        release_dir=f"{root}/{p.metadata.name}/releases/{rel.new_run_id()}",
+        root=root,
+        secrets_env=secrets_env,
+        on_host=on_host,
+        prove_start=lambda: refused,
+        port_held=held,
+        facts=facts,
+        launch=render_sh(the_plan, the_plan.nodes[min(rank, len(the_plan.nodes) - 1)]),
+    )
     problems = [{"check": x.check, "message": x.message, "fix": x.fix} for x in found]
-    return {"ok": not found, "problems": problems, **shown}
+    return {"ok": not found, "problems": problems, **(proof.to_dict() if proof is not None else {})}
 
 
 def _prove_start(
@@ -348,7 +354,16 @@ def preview(
             }
         refused = _prove_start(t, platform, placed, report, root, hf_home=host.hf_home)
         row["prove"] = _prove(
-            t, root, p, report.inputs.engine, the_plan, rank, secrets_env, on_host=platform.on_host, refused=refused
+            t,
+            root,
+            p,
+            report.inputs.engine,
+            the_plan,
+            rank,
+            secrets_env,
+            on_host=platform.on_host,
+            refused=refused,
+            current=current,
         )
         return row
 

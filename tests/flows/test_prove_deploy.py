@@ -75,3 +75,30 @@ def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def test_the_dry_run_proves_by_the_deploys_own_driver(cli: Any, one: Path, fake_engine: Any, fake_hosts: Any) -> None:
+    """`deploy --dry-run` asks what the deploy's preflight and prove ask (flows/prove.py `prove_host`).
+    Before: its own copy refused a path the engine does not read, never judged the host's facts
+    against the profile, and never tried the port."""
+    output = write_profile(one.parent / "v2.yaml", one.name, 2, engine={"args": {"served-model-name": "/models/x"}})
+    shown = cli("deploy", str(output), "--dry-run")
+    assert shown.code == 0 and "prove ok on h1" in shown.stdout, shown.stdout + shown.stderr
+
+    gpus = write_profile(one.parent / "v3.yaml", one.name, 3, hardware={"gpu": "h100", "gpus_per_node": 1})
+    shown = cli("deploy", str(gpus), "--dry-run", "--skip-check")
+    said = " ".join(shown.stdout.split())
+    assert shown.code == 3 and "host-gpu-count: h1 has 0 GPU(s); the profile needs 1" in said, said
+
+    port = _free_port()
+    on_port = write_profile(one.parent / "v4.yaml", one.name, 4, engine={"port": port})
+    with socket.socket() as stranger:
+        stranger.bind((fake_hosts.hosts["h1"][1], port))
+        stranger.listen(1)
+        shown = cli("deploy", str(on_port), "--dry-run")
+    said = " ".join(shown.stdout.split())
+    assert shown.code == 3 and f"port: port {port} is in use on 0.0.0.0" in said, said
+    serving = cli("deploy", *BUDGET, str(on_port), "--no-verify")
+    assert serving.code == 0, serving.stdout + serving.stderr
+    again = cli("deploy", str(on_port), "--dry-run")  # current's server holds the port: its stop frees it
+    assert again.code == 0 and "prove ok on h1" in again.stdout, again.stdout + again.stderr
