@@ -153,6 +153,8 @@ def rollback(
     ) as rc:
         reports = rollback_hosts(rc, selected, name, to_run=to_run, to_version=to_version)
     show_reports(output, reports, f"rollback {name}", wide=out == "wide")
+    if not all(r.ok for r in reports):
+        raise typer.Exit(HostError.exit_code)
     if not all(r.passed for r in reports):
         raise typer.Exit(CheckFailed.exit_code)
 
