@@ -249,7 +249,11 @@ def deploy(
         bool, typer.Option("--dry-run", help="Show what would change on each host; change nothing.")
     ] = False,
     max_failures: Annotated[
-        int, typer.Option("--max-failures", help="Hosts that may fail before the others roll back.")
+        int,
+        typer.Option(
+            "--max-failures",
+            help="Hosts that may fail: past it nothing stops anywhere (before the stop), or the others roll back.",
+        ),
     ] = 0,
     skip_check: Annotated[
         bool, typer.Option("--skip-check", help="Deploy even when static checks fail (recorded).")

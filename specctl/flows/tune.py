@@ -3,7 +3,7 @@
 Each candidate of the profile's `tune:` grid (plan/candidates.py) is a release of the profile with
 only `speculative` replaced, brought up with the steps every deploy uses
 
-    preflight -> stage -> materialise -> stop previous -> start -> ready -> switch     (flows/change.py)
+    preflight -> stage -> materialise -> prove -> stop previous -> start -> ready -> switch     (flows/change.py)
 
 and measured at the objective's operating point under successive elimination
 (verdict/elimination.py); a candidate still in the running is then measured at the profile's other
