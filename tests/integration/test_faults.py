@@ -277,7 +277,8 @@ def test_a_release_that_cannot_start_stops_nothing(
     cli: Any, lab: SshLab, env: dict[str, Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """With a verified release serving on h0: a missing engine.python fails preflight, an unset secret
-    fails prove; each exit 3, nothing stopped, the serving server's pid unchanged."""
+    fails prove, an engine.host not of the host or not resolving fails preflight saying which; each
+    exit 3, nothing stopped, the serving server's pid unchanged."""
     from tests.fakes.inputs import write_profile
 
     first = cli("--json", "deploy", env["v1"], "--hosts", "h0", *env["common"])
@@ -291,6 +292,13 @@ def test_a_release_that_cannot_start_stops_nothing(
         "host-python": write_profile(tmp / "v3.yaml", env["v1"], 3, engine={"python": "/nonexistent/bin/python3"}),
         "secret: SPECCTL_LAB_UNSET_SECRET": write_profile(
             tmp / "v4.yaml", env["v1"], 4, secrets=["SPECCTL_LAB_UNSET_SECRET"]
+        ),
+        # before: any bind error read "port N is in use ... by something other than" the profile's servers
+        "engine.host 203.0.113.7 is not an address of this host": write_profile(
+            tmp / "v5.yaml", env["v1"], 5, engine={"host": "203.0.113.7"}
+        ),
+        "engine.host no-such-host.invalid does not resolve on this host": write_profile(
+            tmp / "v6.yaml", env["v1"], 6, engine={"host": "no-such-host.invalid"}
         ),
     }
     for said, profile in cases.items():
