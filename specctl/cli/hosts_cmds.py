@@ -571,11 +571,20 @@ def stop(
 
     output = command_output(ctx, json_mode)
     p = load_profile(profile, check_files=False).model
+    notes: dict[str, list[str]] = {}
+
+    def note(host: str, text: str) -> None:  # what taking the lock found (an empty lock taken over, say)
+        notes.setdefault(host, []).append(text)
+        from rich.text import Text
+
+        output.hint(Text(f"note: {host_line(host, text)}"))
+
     result = servers.stop(
         servers.Reach(ssh_config, accept_new_host_key),
         p.metadata.name,
         selected_hosts(p.hosts, hosts, inventory),
         command=shlex.join(["specctl", *sys.argv[1:]]),
+        on_note=note,
     )
     stopped = {h: bool(r) if isinstance(r, list) else False for h, r in result.items()}
     lines = [
@@ -587,6 +596,7 @@ def stop(
             "stopped": stopped,
             "releases": {h: r for h, r in result.items() if isinstance(r, list)},
             "errors": {h: r for h, r in result.items() if isinstance(r, str)},
+            "notes": notes,
         },
         "\n".join(lines),
     )

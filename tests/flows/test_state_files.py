@@ -77,3 +77,15 @@ def test_stop_says_what_taking_the_lock_found(tmp_path: Path) -> None:
     )
     assert result == {"local": []} and not (base / "lock").exists()
     assert [h for h, t in said if "took over the empty lock file" in t] == ["local"], said
+
+
+def test_the_stop_command_says_the_notes_on_stderr_and_in_its_json(cli: Any, one: str, fake_hosts: Any) -> None:
+    """The command passes them on: a note per host on stderr for people, `notes` under --json."""
+    lock = fake_hosts.root("h1") / NAME / "lock"
+    _aged(lock)
+    shown = cli("stop", one, "--hosts", "h1")
+    said = " ".join(shown.stderr.split())
+    assert shown.code == 0 and "note: h1: took over the empty lock file" in said, shown.stdout + shown.stderr
+    _aged(lock)
+    data = cli("--json", "stop", one, "--hosts", "h1").json()
+    assert any("took over the empty lock file" in t for t in data["notes"]["h1"]), data
