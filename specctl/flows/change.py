@@ -398,10 +398,11 @@ def restore(s: HostSession, run_id: str) -> None:
     release = s.release(run_id)
     s.note(f"restoring {run_id}")
     budget = rel.startup_budget(release, STARTUP_BUDGET_S)
+    docs = s.docs(run_id)
+    s.ctx.take_secrets(docs.profile.secrets)  # its own profile's, which may name others than the new release's
     handle = s.platform.start(release, confirm_within_s=budget + CONFIRM_MARGIN_S, env=s.ctx.secrets_env)
     if s.ctx.cancel.cancelled:
         return
-    docs = s.docs(run_id)
     wait_ready(
         s.platform,
         release,

@@ -120,6 +120,21 @@ def test_a_rollback_starts_the_stored_release_with_the_secrets_its_profile_names
     assert _environ(_pid(h1, with_secret)).get(SECRET) == "the-value-now"
 
 
+def test_a_failed_deploy_restores_what_ran_with_the_secrets_its_own_profile_names(
+    cli: Any, h1: dict[str, Any], fake_engine: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The undo of a failed start puts back what ran with that release's secrets, not only the new
+    release's (before: a v4 naming none restored the release naming SECRET without it)."""
+    with_secret, _ = _secret_release(cli, h1, monkeypatch)
+    assert cli("rollback", h1["v1"], "--to", with_secret).code == 0
+    v4 = write_profile(Path(h1["v1"]).parent / "v4.yaml", h1["v1"], 4)
+    fake_engine.on(version=4, start="crash")
+    failed = cli("--json", "deploy", str(v4), "--skip-check", "--startup-timeout", "20")
+    assert failed.code == 3, failed.stdout + failed.stderr
+    assert _current(h1) == with_secret
+    assert _environ(_pid(h1, with_secret)).get(SECRET) == "s3cret-value"
+
+
 def test_a_rollback_whose_verify_reaches_no_server_is_unreachable_not_failed(
     cli: Any, h1: dict[str, Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
