@@ -10,6 +10,7 @@
     ├── LedgerError (2)               the run ledger cannot be opened, read or written (path)
     └── HostError (3)                 a host or connection failure (hosts, transport; later issues)
         ├── ConnectionLost            the connection broke while a command ran: it may or may not have run
+        ├── ServerUnreachable         verify (or a rollback's, a baseline's) reached no server: nothing judged
         └── EngineHTTPError           a server's answer: an error status, a timeout or a malformed body
                                       (verdict/client.py, with EngineTimeout and EngineAnswerError)
 
@@ -32,6 +33,7 @@ __all__ = [
     "InputError",
     "LedgerError",
     "ManifestImportError",
+    "ServerUnreachable",
     "SpecctlError",
 ]
 
@@ -120,6 +122,16 @@ class HostError(SpecctlError):
     def __init__(self, message: str, *, host: str, fix: str | None = None) -> None:
         super().__init__(message, fix=fix)
         self.host = host
+
+
+class ServerUnreachable(HostError):
+    """Raised when verify reached no server (refused, reset, closed unanswered, or no answer within
+    its deadline: a crashed server, a killed process, a job that timed out). Nothing was measured, so
+    nothing is recorded about the release: exit 3, and the ledger run is `unreachable`, not `failed`."""
+
+    def __init__(self, message: str, *, host: str, release: str, fix: str | None = None) -> None:
+        super().__init__(message, host=host, fix=fix)
+        self.release = release
 
 
 class ConnectionLost(HostError):

@@ -26,7 +26,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from specctl.cancel import Cancelled
-from specctl.errors import HostError, InputError
+from specctl.errors import HostError, InputError, ServerUnreachable
 from specctl.flows.change import Change, Files, NodeGate, ProofGate, retire
 from specctl.flows.recorder import Recorder, let_go_all, recording
 from specctl.flows.release_files import release_contents
@@ -35,7 +35,7 @@ from specctl.flows.rollback import rollback, rollback_nodes
 from specctl.flows.session import Context, HostSession, error_text
 from specctl.flows.static import CheckReport, plan
 from specctl.flows.steps import Walk
-from specctl.flows.verify import ServerUnreachable, verify_and_record
+from specctl.flows.verify import verify_and_record
 from specctl.hosts.group import run_group
 from specctl.hosts.inventory import HostSpec
 from specctl.plan.findings import Severity

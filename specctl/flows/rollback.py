@@ -9,14 +9,14 @@ from collections.abc import Collection, Sequence
 from time import monotonic
 from typing import Any
 
-from specctl.errors import HostError, InputError
+from specctl.errors import HostError, InputError, ServerUnreachable
 from specctl.flows.change import Change, NodeGate, ProofGate, retire
 from specctl.flows.recorder import recording
 from specctl.flows.report import HostReport
 from specctl.flows.session import Context, HostSession, error_text
 from specctl.flows.static import CheckReport
 from specctl.flows.steps import Walk
-from specctl.flows.verify import ServerUnreachable, verify_and_record
+from specctl.flows.verify import verify_and_record
 from specctl.hosts.group import run_group
 from specctl.hosts.inventory import HostSpec
 from specctl.hosts.transport import Transport

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from specctl.engines import get_engine
-from specctl.errors import HostError, InputError
+from specctl.errors import HostError, InputError, ServerUnreachable
 from specctl.facts import host as host_facts
 from specctl.flows.baseline import baseline_for
 from specctl.flows.prompts import release_prompts
@@ -32,16 +32,6 @@ from specctl.verdict.measure import warm_up
 from specctl.verdict.points import Baseline, PointResult, measure_points, measurements_dict
 
 REQUEST_DEADLINE_S = 600.0  # one request of the workload, start to finish
-
-
-class ServerUnreachable(HostError):
-    """Raised when verify reached no server (refused, reset, closed unanswered, or no answer within
-    its deadline: a crashed server, a killed process, a job that timed out). Nothing was measured, so
-    nothing is recorded about the release: exit 3, and the ledger run is `unreachable`, not `failed`."""
-
-    def __init__(self, message: str, *, host: str, release: str, fix: str | None = None) -> None:
-        super().__init__(message, host=host, fix=fix)
-        self.release = release
 
 
 def not_reached(exc: EngineHTTPError) -> bool:

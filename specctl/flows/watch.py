@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from specctl.engines import get_engine
-from specctl.errors import HostError, InputError
+from specctl.errors import HostError, InputError, ServerUnreachable
 from specctl.flows.change import Change
 from specctl.flows.prompts import release_prompts
 from specctl.flows.recorder import Recorder, recording
@@ -49,7 +49,6 @@ from specctl.flows.rollback import choose_release, release_records, rollback
 from specctl.flows.session import Context, HostSession, error_text
 from specctl.flows.static import CheckReport, plan
 from specctl.flows.steps import Walk
-from specctl.flows.verify import ServerUnreachable
 from specctl.hosts.group import run_group
 from specctl.hosts.inventory import HostSpec
 from specctl.ledger.records import WatchWindow

@@ -116,7 +116,7 @@ def test_a_hung_new_server_is_stopped_when_what_ran_cannot_be_restored(
     before its stop (the engine changed since that release was made): the new server is stopped, the
     result says nothing serves, and status agrees."""
     import specctl.flows.deploy as deploy_flow
-    from specctl.flows.verify import ServerUnreachable
+    from specctl.errors import ServerUnreachable
 
     good = pair["good"]["h0"]
     facts = fake_hosts.root("h0") / NAME / "releases" / good / "host-facts.json"
