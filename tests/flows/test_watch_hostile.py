@@ -181,14 +181,29 @@ def _watch(cli: Any, watched: dict[str, Any], window: list[str] = SHORT) -> tupl
     return done.code, row
 
 
-def test_no_hostile_page_is_acted_on(cli: Any, watched: dict[str, Any]) -> None:
+# three groups, each on a serving release of its own, so the pages are judged on several workers at once
+GROUPS = {
+    "unreadable": ("garbage", "html", "binary"),
+    "values": ("nan", "+inf", "-inf", "nan requests", "negative"),
+    "series": ("duplicate", "absent at first", "went back"),
+}
+
+
+def test_every_scenario_is_in_a_group() -> None:
+    assert sorted(name for names in GROUPS.values() for name in names) == sorted(SCENARIOS)
+
+
+@pytest.mark.parametrize("group", GROUPS)
+def test_no_hostile_page_is_acted_on(cli: Any, watched: dict[str, Any], group: str) -> None:
     """Each page in turn, on one serving release: zero actions under `--on-degraded plain` (the issue's
     measure; today's code acted on two: a counter absent at the first look, a series twice)."""
     stub, seen = watched["stub"], {}
-    code, control = _watch(cli, watched, LONG)  # healthy pages are judged: a hostile page's state is its own
-    assert (code, control["state"], control["action"]) == (0, "ok", None), control
-    assert 3.5 < control["verdict"]["interval"]["estimate"] < 3.7
-    for scenario, (page, state, _) in SCENARIOS.items():
+    if group == "unreadable":  # healthy pages are judged: a hostile page's state is its own
+        code, control = _watch(cli, watched, LONG)
+        assert (code, control["state"], control["action"]) == (0, "ok", None), control
+        assert 3.5 < control["verdict"]["interval"]["estimate"] < 3.7
+    for scenario in GROUPS[group]:
+        page, state, _ = SCENARIOS[scenario]
         stub.serve(page)
         seen[scenario] = _watch(cli, watched, LONG if state == "ok" else SHORT)
     acted = {name: row["action"] for name, (code, row) in seen.items() if row["action"] or code == 4}
