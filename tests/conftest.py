@@ -78,27 +78,27 @@ def is_lab(item: pytest.Item) -> bool:
     )
 
 
-# The lab groups that take longest, about longest first (seconds on two workers, 2026-12-03), the Slurm lab
-# beside the probe's sglang imports: xdist hands the groups out in the order of the items, so these start
-# first and the groups left out (15 s at most) fill in at the end, rather than a long one starting last
-# on one worker while the other has finished.
+# The lab groups that take longest, longest first (seconds of their tests, 2026-12-05, `--durations=0` on two
+# workers: 1308 s in all), the Slurm lab beside the probe's sglang imports: xdist hands the groups out in the
+# order of the items, so these start first and the groups left out (20 s at most) fill in at the end, rather
+# than a long one starting last on one worker while the other has finished.
 LONG_GROUPS = (
-    "slurm",  # 185
-    "tests/engines/sglang/test_probe_conformance.py",  # 80
-    "tests/integration/test_reliability.py",  # 140
-    "tests/integration/test_verify.py",  # 95
-    "tests/integration/test_staging.py",  # 80
-    "tests/integration/test_watch.py",  # 70
-    "tests/integration/test_deploy.py",  # 65
+    "slurm",  # 191
+    "tests/integration/test_reliability.py",  # 163
+    "tests/engines/sglang/test_probe_conformance.py",  # 109
+    "tests/integration/test_verify.py",  # 108
+    "tests/integration/test_staging.py",  # 90
+    "tests/integration/test_faults.py",  # 74
+    "tests/integration/test_watch.py",  # 74
     "tests/engines/sglang/test_capture_table_conformance.py",  # 65
+    "tests/test_demo.py",  # 62
     "tests/integration/test_tune.py",  # 60
-    "tests/test_demo.py",  # 55
-    "tests/integration/test_faults.py",  # 40
-    "tests/engines/reference/test_speculate.py",  # 40
-    "tests/engines/sglang/test_flag_catalog.py",  # 40
-    "tests/engines/reference/test_metrics.py",  # 30
-    "tests/integration/test_ssh_transport.py",  # 25
-    "tests/integration/test_host_probe.py",  # 15
+    "tests/integration/test_deploy.py",  # 59
+    "tests/engines/sglang/test_flag_catalog.py",  # 45
+    "tests/engines/reference/test_metrics.py",  # 28
+    "tests/integration/test_ssh_transport.py",  # 26
+    "tests/engines/reference/test_speculate.py",  # 23
+    "tests/engines/sglang/test_chat_ids_conformance.py",  # 20
 )
 
 
