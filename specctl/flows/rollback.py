@@ -154,11 +154,14 @@ def rollback(
             session.let_go()
     if unreached is not None:
         raise unreached
+    # from what ran, as preflight's survey saw it: a `current` whose server was dead is not what it replaced
+    ran = change.ran is not None and change.ran == current
+    replaced, seen = (f"from {current} ", "") if ran else ("", f" ({change.before()})")
     return HostReport(
         host.name,
         True,
         chosen.run_id,
-        f"rolled back from {current} to {chosen.run_id}" + ("" if verdict.passed else " (its verify FAILED too)"),
+        f"rolled back {replaced}to {chosen.run_id}{seen}" + ("" if verdict.passed else " (its verify FAILED too)"),
         verdict.to_dict(),
         chosen.run_id,
         verdict.to_dict(),

@@ -259,3 +259,16 @@ def _unmount(at: Path) -> None:
 
     if subprocess.run(["umount", str(at)], capture_output=True).returncode != 0:
         subprocess.run(["umount", "-l", str(at)], check=True)
+
+
+def test_a_rollback_from_a_current_whose_server_died_says_what_ran(cli: Any, h1: dict[str, Any]) -> None:
+    """`current` names a release whose server is dead: the rollback replaced nothing that ran, and its
+    result says so from what preflight saw, not "rolled back from" the dead release."""
+    verified = _deploy(cli, h1["v1"])
+    dead = _deploy(cli, h1["v1"], "--no-verify")
+    os.killpg(_pid(h1, dead), signal.SIGKILL)
+    back = cli("--json", "rollback", h1["v1"])
+    assert back.code == 0, back.stdout + back.stderr
+    [row] = back.json()["hosts"]
+    assert row["detail"].startswith(f"rolled back to {verified} (current named {dead}, whose server was not running")
+    assert _current(h1) == verified
