@@ -6,8 +6,8 @@ STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha256sum | cut -c1-16)
 HUB := $(CURDIR)/.cache/hub
 SGLANG_VENV := $(CURDIR)/.venv-sglang
 SGLANG_WHEELS := $(CURDIR)/.cache/sglang-wheels
-# The fast tier on four workers (two cores: most of a test's time is waiting on processes and sockets;
-# 60 s against 70 s on three, measured in one sitting; 50 s now), the labs on two, each lab file on one worker in its order (its
+# The fast tier on four workers (two cores: 85-90 s against 93 s on three and 95 s on six, measured
+# 2026-12-05), the labs on two, each lab file on one worker in its order (its
 # tests share the worker's session labs, and some leave state the next clears; tests/conftest.py groups
 # them, the long groups first). Three lab workers took 8.6 min against 10-10.4 and failed the demo's
 # comparison of two measured speedups (the CPU shared three ways). `make test PYTEST_WORKERS=
