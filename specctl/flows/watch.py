@@ -374,14 +374,7 @@ def judge_host(
                 _iso(time.time()),
                 result.state,
                 0,
-                None,
-                None,
-                None,
-                None,
-                None,
-                None,
-                None,
-                {"reason": result.reason},
+                detail={"reason": result.reason},
             )
         )
         return result

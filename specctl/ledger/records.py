@@ -95,13 +95,13 @@ class WatchWindow:
     profile: str | None
     started_at: str
     ended_at: str
-    state: str  # ok | degraded | unknown
+    state: str  # ok | degraded | unknown | unreadable | down
     look: int  # the how-many-th judged look at the release (0: not judged)
-    estimate: float | None
-    low: float | None
-    high: float | None
-    floor: float | None
-    method: str | None
-    requests: int | None
-    action: str | None  # what watch did about it (None: nothing)
-    detail: dict[str, Any] | None
+    estimate: float | None = None  # the rest: None for a window nothing could be judged on
+    low: float | None = None
+    high: float | None = None
+    floor: float | None = None
+    method: str | None = None
+    requests: int | None = None
+    action: str | None = None  # what watch did about it (None: nothing)
+    detail: dict[str, Any] | None = None
