@@ -206,9 +206,18 @@ def take(
     second inventory name reaching a root whose lock this run holds through the first is refused by the
     lock itself. `seen`: the command's `Seen`, for what this host shares with its other hosts (notes)."""
     who = {**who, "host": who.get("host") or transport.name}
-    taken = _take(transport, base, who, own_root=own_root)
+    key, run_id = (transport.name, base), str(who.get("run_id"))
+    # the run holds from its first attempt: a second name of this root in this run, reading the lock
+    # between the first's write and its return, must see a live run (else it takes the lock "over")
     with _holding_guard:
-        _holding[(transport.name, base)] = str(who.get("run_id"))
+        _holding[key] = run_id
+    try:
+        taken = _take(transport, base, who, own_root=own_root)
+    except BaseException:
+        with _holding_guard:
+            if _holding.get(key) == run_id:
+                del _holding[key]
+        raise
     notes = seen.add(transport.name, taken.identity) if seen is not None else ()
     return Taken(taken.stale, taken.identity, taken.notes + notes)
 

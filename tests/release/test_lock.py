@@ -91,6 +91,21 @@ def test_two_names_of_one_root_in_one_run_the_second_is_refused_and_the_lock_nam
         lock.release(h0, base)
 
 
+def test_the_second_name_reading_the_lock_before_the_first_returns_is_refused_not_a_takeover(
+    tmp_path: Path,
+) -> None:
+    """The race the lab met: h0's lock is on disk, written by this process for this run, but h0's `take`
+    has not returned yet (the run not yet registered as holding it). h1, of the same run, read it as a
+    holder gone and took it over, so both wrote one release ("Directory not empty")."""
+    h1 = local_transport("h1")
+    base = tmp_path / "p"
+    base.mkdir()
+    (base / "lock").write_text(json.dumps(lock.owner("run", "specctl deploy", "h0")) + "\n")
+    with pytest.raises(HostError, match="is h0's too: this run holds its lock through h0"):
+        lock.take(h1, str(base), lock.owner("run", "specctl deploy", "h1"))
+    assert json.loads((base / "lock").read_text())["host"] == "h0"
+
+
 def test_what_one_command_saw_is_not_carried_into_the_next(tmp_path: Path) -> None:
     """A long-lived process (a program embedding specctl, the test suite) runs command after command:
     what one saw of its hosts was kept in module globals forever, so a later command under a reused run
