@@ -215,14 +215,7 @@ class EngineClient:
     ) -> None:
         status, body = self._exchange(method, path, payload, timeout_s, read=read)
         if not 200 <= status < 300:
-            raise EngineHTTPError(
-                f"{method} {path} on {self.host}: HTTP {status} {body[:SHOWN_BYTES]!r}",
-                host=self.host,
-                status=status,
-                method=method,
-                path=path,
-                fix="the server refused the request: its log (`specctl logs`) says why",
-            )
+            raise self._refused(method, path, status, body)
 
     def healthy(self, timeout_s: float = 30.0) -> bool:
         """A real generation answered (`/health_generate` returns 2xx, whatever its body: sglang's is
