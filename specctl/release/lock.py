@@ -140,6 +140,8 @@ class Taken:
 # with a run it no longer holds (a command run inside a program, which lost the host before it could
 # release the lock) is provably stale: the run is over though the process lives on.
 _holding: dict[tuple[str, str], str] = {}
+# (host, profile directory, run id) of the takes under way: such a run is live though it holds nothing yet
+_taking: set[tuple[str, str, str]] = set()
 _holding_guard = threading.Lock()
 
 
@@ -207,17 +209,19 @@ def take(
     lock itself. `seen`: the command's `Seen`, for what this host shares with its other hosts (notes)."""
     who = {**who, "host": who.get("host") or transport.name}
     key, run_id = (transport.name, base), str(who.get("run_id"))
-    # the run holds from its first attempt: a second name of this root in this run, reading the lock
-    # between the first's write and its return, must see a live run (else it takes the lock "over")
+    # the run is live from its first attempt (`_taking`): a second name of this root in this run, reading
+    # the lock between the first's write and its return, must not take it "over"; another run's hold
+    # of the same lock stays registered meanwhile
+    attempt = (*key, run_id)
     with _holding_guard:
-        _holding[key] = run_id
+        _taking.add(attempt)
     try:
         taken = _take(transport, base, who, own_root=own_root)
-    except BaseException:
         with _holding_guard:
-            if _holding.get(key) == run_id:
-                del _holding[key]
-        raise
+            _holding[key] = run_id
+    finally:
+        with _holding_guard:
+            _taking.discard(attempt)
     notes = seen.add(transport.name, taken.identity) if seen is not None else ()
     return Taken(taken.stale, taken.identity, taken.notes + notes)
 
@@ -392,7 +396,8 @@ def holder_alive(held: dict[str, Any]) -> bool | None:
         return None
     if _this_process(held):  # is the run still on?
         with _holding_guard:
-            return held.get("run_id") in _holding.values()
+            run = held.get("run_id")
+            return run in _holding.values() or any(r == run for _, _, r in _taking)
     return process_alive(pid, started if isinstance(started, str) else None)
 
 
